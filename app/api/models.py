@@ -1,0 +1,24 @@
+"""`GET /v1/models` (and `/models`): the upstream's list, briefly cached."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.deps import CallerKey, RequestId, ServicesDep
+
+router = APIRouter(tags=["models"])
+
+
+@router.get("/v1/models")
+@router.get("/models", include_in_schema=False)
+async def list_models(
+    request: Request, key: CallerKey, request_id: RequestId, services: ServicesDep
+) -> Response:
+    headers = services.upstream.headers(request.headers.items(), request_id)
+    entry, hit = await services.models.get(headers)
+    return Response(
+        entry.body,
+        media_type=entry.content_type,
+        headers={"x-memproxy-cache": "hit" if hit else "miss"},
+    )

@@ -1,0 +1,53 @@
+"""The ``memproxy`` command.
+
+``memproxy serve [--host H] [--port P]``   run the proxy (settings from the environment and .env)
+``memproxy fake-upstream [--port P]``      run a fake OpenAI-compatible model server, for trying
+                                           memproxy (and its README examples) without a real LLM
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from app.config import Settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memproxy", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the proxy")
+    serve.add_argument("--host", help="listen address (default MEMPROXY_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default MEMPROXY_PORT, 8000)")
+
+    fake = commands.add_parser("fake-upstream", help="run a fake OpenAI-compatible upstream")
+    fake.add_argument("--host", default="127.0.0.1")
+    fake.add_argument("--port", type=int, default=9000)
+
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        settings = Settings()
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=args.host or settings.host,
+            port=args.port or settings.port,
+            access_log=False,  # memproxy logs one line per request itself, with its request id
+            server_header=False,
+            log_level=settings.log_level.lower(),
+        )
+    elif args.command == "fake-upstream":
+        from app.devtools.fake_upstream import FakeUpstream
+
+        uvicorn.run(
+            FakeUpstream(), host=args.host, port=args.port, access_log=False, log_level="warning"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Settings: every knob memproxy has, read from the environment (prefix ``MEMPROXY_``) and ``.env``.
+
+Nothing here runs at import time: ``Settings()`` is built by ``create_app`` (or by a test that
+passes its own), so two apps with different settings can live in one process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+CommaList = Annotated[list[str], NoDecode]
+"""A list given in the environment as comma-separated values (``a,b,c``), not as JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One entry of ``MEMPROXY_API_KEYS``: the key, and the user it is bound to (if any)."""
+
+    key: str
+    user_id: str | None
+
+
+class Settings(BaseSettings):
+    """memproxy's configuration. ``.env.example`` documents every field with its default."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMPROXY_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+    )
+
+    # --- server -------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    """Address `memproxy serve` listens on (0.0.0.0 inside a container)."""
+    port: int = Field(default=8000, ge=1, le=65535)
+    """Port `memproxy serve` listens on."""
+    log_level: str = "INFO"
+    """Python logging level for memproxy's own loggers."""
+
+    # --- upstream -----------------------------------------------------------------------------
+    upstream_base_url: str = "http://localhost:11434/v1"
+    """Base URL of the real OpenAI-compatible server; `/chat/completions` etc. are appended."""
+    upstream_api_key: SecretStr | None = None
+    """Bearer key memproxy sends upstream. Unset: see the pass-through rule in the README."""
+    upstream_connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    """How long to wait for a TCP/TLS connection to the upstream before answering 504."""
+    upstream_read_timeout_seconds: float = Field(default=600.0, gt=0)
+    """Longest silence allowed between two reads from the upstream (a slow first token counts)."""
+    upstream_max_connections: int = Field(default=512, ge=1)
+    """Size of the shared connection pool to the upstream."""
+    models_cache_seconds: float = Field(default=10.0, ge=0)
+    """How long a `/v1/models` answer is reused (Open WebUI asks on every chat). 0 disables."""
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """Largest request body accepted (413 beyond it); large enough for several base64 images."""
+
+    # --- security and identity ----------------------------------------------------------------
+    api_keys: CommaList = Field(default_factory=list)
+    """Accepted client keys, comma-separated, each `key` or `key:user_id`. Empty: open server."""
+    require_user: bool = False
+    """Answer 401 when no user can be resolved, instead of using the `anonymous` user."""
+    user_id_headers: CommaList = Field(default_factory=lambda: ["X-OpenWebUI-User-Id", "X-User-Id"])
+    """Headers naming the user, in order of precedence (Open WebUI's forwarded header first)."""
+    task_header: str = "X-OpenWebUI-Task"
+    """Header whose non-empty value marks an Open WebUI background task (title, tags...)."""
+
+    @field_validator("api_keys", "user_id_headers", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("upstream_base_url")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @property
+    def parsed_api_keys(self) -> tuple[ApiKey, ...]:
+        """`api_keys` split into key and bound user (at the first `:`)."""
+        keys = []
+        for entry in self.api_keys:
+            key, sep, user = entry.partition(":")
+            keys.append(ApiKey(key=key, user_id=(user.strip() or None) if sep else None))
+        return tuple(keys)

@@ -1,0 +1,206 @@
+"""Every error memproxy answers with, and the one handler that turns them into OpenAI's shape.
+
+Exception tree (each class fixes its HTTP status, `type` and default `code`)::
+
+    MemproxyError                      500 server_error
+    ├── InvalidRequest                 400 invalid_request_error
+    │   ├── InvalidJSON                400   code=invalid_json
+    │   ├── ValidationFailed           422   code=invalid_value (param names the field)
+    │   └── BodyTooLarge               413   code=body_too_large
+    ├── AuthenticationFailed           401 authentication_error  code=invalid_api_key
+    │   └── UserRequired               401   code=user_required
+    ├── PermissionDenied               403 permission_error
+    ├── NotFound                       404 not_found_error
+    └── UpstreamError                  502 upstream_error
+        ├── UpstreamUnreachable        502   code=upstream_unreachable
+        ├── UpstreamTimeout            504   code=upstream_timeout
+        └── UpstreamStatusError        the upstream's own status, its error body normalised
+
+Every response body is ``{"error": {"message", "type", "param", "code"}}``; nothing reaches the
+client as a bare 500 traceback: unexpected exceptions are logged and answered in the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+logger = logging.getLogger("memproxy.errors")
+
+
+def error_body(
+    message: str, type_: str, *, param: str | None = None, code: str | int | None = None
+) -> dict[str, Any]:
+    """The OpenAI error object: `{"error": {"message", "type", "param", "code"}}`."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+class MemproxyError(Exception):
+    """Base of every error memproxy answers with. Subclasses fix status, type and code."""
+
+    status_code: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+
+    def to_body(self) -> dict[str, Any]:
+        return error_body(self.message, self.error_type, param=self.param, code=self.code)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class InvalidRequest(MemproxyError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class InvalidJSON(InvalidRequest):
+    default_code = "invalid_json"
+
+
+class ValidationFailed(InvalidRequest):
+    status_code = 422
+    default_code = "invalid_value"
+
+
+class BodyTooLarge(InvalidRequest):
+    status_code = 413
+    default_code = "body_too_large"
+
+
+class AuthenticationFailed(MemproxyError):
+    status_code = 401
+    error_type = "authentication_error"
+    default_code = "invalid_api_key"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
+
+
+class UserRequired(AuthenticationFailed):
+    default_code = "user_required"
+
+
+class PermissionDenied(MemproxyError):
+    status_code = 403
+    error_type = "permission_error"
+    default_code = "permission_denied"
+
+
+class NotFound(MemproxyError):
+    status_code = 404
+    error_type = "not_found_error"
+    default_code = "not_found"
+
+
+class UpstreamError(MemproxyError):
+    status_code = 502
+    error_type = "upstream_error"
+
+
+class UpstreamUnreachable(UpstreamError):
+    default_code = "upstream_unreachable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status_code = 504
+    default_code = "upstream_timeout"
+
+
+class UpstreamStatusError(UpstreamError):
+    """The upstream answered an HTTP error: relayed with its status, the body made OpenAI-shaped."""
+
+    def __init__(self, status: int, body: bytes):
+        self.upstream_status = status
+        self.body = normalise_upstream_error(status, body)
+        super().__init__(self.body["error"]["message"])
+
+    def to_body(self) -> dict[str, Any]:
+        return self.body
+
+
+def normalise_upstream_error(status: int, body: bytes) -> dict[str, Any]:
+    """Turn whatever an upstream sent with an error status into the OpenAI error shape.
+
+    OpenAI and vLLM already send ``{"error": {...}}`` (kept, missing keys filled with null);
+    Ollama sends ``{"error": "text"}``; a reverse proxy may send HTML or nothing.
+    """
+    try:
+        parsed: Any = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        parsed = None
+    type_ = "upstream_error" if status >= 500 else "invalid_request_error"
+    if isinstance(parsed, dict):
+        err = parsed.get("error")
+        if isinstance(err, dict):
+            fixed = dict(err)
+            fixed.setdefault("message", f"upstream returned HTTP {status}")
+            fixed.setdefault("type", type_)
+            fixed.setdefault("param", None)
+            fixed.setdefault("code", None)
+            return {**parsed, "error": fixed}
+        if isinstance(err, str):
+            return error_body(err, type_, code=status)
+        if isinstance(parsed.get("detail"), str):  # FastAPI-style servers
+            return error_body(parsed["detail"], type_, code=status)
+    text = body.decode("utf-8", "replace").strip()[:500]
+    message = f"upstream returned HTTP {status}" + (f": {text}" if text else "")
+    return error_body(message, type_, code=status)
+
+
+def json_response(
+    status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> Response:
+    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every failure through one OpenAI-shaped response."""
+
+    async def on_memproxy_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, MemproxyError)
+        status = exc.upstream_status if isinstance(exc, UpstreamStatusError) else exc.status_code
+        if status >= 500:
+            logger.warning("%s: %s", type(exc).__name__, exc.message)
+        return json_response(status, exc.to_body(), exc.headers)
+
+    async def on_http_exception(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        if exc.status_code == 404:
+            message = f"no route for {request.method} {request.url.path}"
+        body = error_body(message, type_, code=exc.status_code)
+        return json_response(exc.status_code, body, dict(exc.headers or {}))
+
+    async def on_validation_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {"msg": "invalid request", "loc": ()}
+        param = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
+        body = error_body(
+            str(first["msg"]), "invalid_request_error", param=param, code="invalid_value"
+        )
+        return json_response(422, body)
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return json_response(500, error_body("internal error in memproxy", "server_error"))
+
+    app.add_exception_handler(MemproxyError, on_memproxy_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_exception)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(Exception, on_unexpected)

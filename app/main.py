@@ -1,0 +1,79 @@
+"""The application factory. ``uvicorn --factory app.main:create_app`` or ``memproxy serve``.
+
+The lifespan owns every long-lived object (the upstream connection pool, the background runner)
+and closes them in order; nothing is created at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI
+
+from app import __version__
+from app.api import chat, health, models, relay
+from app.config import Settings
+from app.deps import Services
+from app.errors import install_error_handlers
+from app.log import configure_logging
+from app.middleware import RequestIdMiddleware
+from app.proxy.hooks import BackgroundRunner, MemoryHooks, NoMemory
+from app.proxy.identity import Authenticator
+from app.proxy.models_cache import ModelsCache
+from app.proxy.service import ChatProxy
+from app.proxy.upstream import Upstream, build_client
+
+logger = logging.getLogger("memproxy")
+
+SHUTDOWN_GRACE_SECONDS = 10.0
+"""How long shutdown waits for after-response work before cancelling it."""
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    upstream_transport: httpx.AsyncBaseTransport | None = None,
+    hooks: MemoryHooks | None = None,
+) -> FastAPI:
+    """Build the app. Tests inject `upstream_transport` (respx) and `hooks` (recording fakes)."""
+    settings = settings if settings is not None else Settings()
+    configure_logging(settings.log_level)
+    authenticator = Authenticator(settings.parsed_api_keys)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = build_client(settings, upstream_transport)
+        upstream = Upstream(client, settings, proxy_keys_enabled=authenticator.enabled)
+        runner = BackgroundRunner()
+        app.state.services = Services(
+            settings=settings,
+            client=client,
+            upstream=upstream,
+            authenticator=authenticator,
+            proxy=ChatProxy(settings, upstream, hooks or NoMemory(), runner),
+            models=ModelsCache(upstream, settings.models_cache_seconds),
+            runner=runner,
+        )
+        logger.info("memproxy %s forwarding to %s", __version__, settings.upstream_base_url)
+        if not authenticator.enabled:
+            logger.warning(
+                "MEMPROXY_API_KEYS is empty: anyone who can reach this server can use it and "
+                "name any user; set keys before exposing it beyond this machine"
+            )
+        try:
+            yield
+        finally:
+            await runner.drain(SHUTDOWN_GRACE_SECONDS)
+            await client.aclose()
+
+    app = FastAPI(title="memproxy", version=__version__, lifespan=lifespan)
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(chat.router)
+    app.include_router(models.router)
+    app.include_router(relay.router)  # last: its /v1/{path} catches what the others do not
+    app.add_middleware(RequestIdMiddleware)
+    return app

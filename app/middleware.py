@@ -1,0 +1,66 @@
+"""Pure ASGI middleware (no BaseHTTPMiddleware: it would buffer and slow the streams).
+
+:class:`RequestIdMiddleware` gives each request an id (the client's ``X-Request-Id`` when it is a
+sane token, else a fresh one), returns it in the response headers, puts it in every log line, and
+logs one line per request: method, path, status, duration, user and kind (no content).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.log import request_id_var
+
+logger = logging.getLogger("memproxy.access")
+_SANE_ID = re.compile(r"\A[A-Za-z0-9._:\-]{1,128}\Z")
+
+
+class RequestIdMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _client_id(scope) or uuid.uuid4().hex
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        token = request_id_var.set(request_id)
+        started = time.perf_counter()
+        status = 0
+        id_header = (b"x-request-id", request_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), id_header]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            logger.info(
+                "%s %s %s %.1fms user=%s kind=%s",
+                scope["method"],
+                scope["path"],
+                status or "-",
+                (time.perf_counter() - started) * 1000,
+                state.get("user_id", "-"),
+                state.get("kind", "-"),
+            )
+            request_id_var.reset(token)
+
+
+def _client_id(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            text = value.decode("latin-1")
+            return text if _SANE_ID.match(text) else None
+    return None

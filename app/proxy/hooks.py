@@ -1,0 +1,147 @@
+"""The seams where memory attaches to the proxy, and the runner for work done after a response.
+
+A chat request passes two hooks (:class:`MemoryHooks`):
+
+- ``before_forward(ctx)`` runs on the hot path, only when ``ctx.recall_allowed`` (a ``chat``
+  request, ``X-Memory`` not ``off``). It may return a :class:`Preparation` with a new body (the
+  memory block inserted with :func:`app.proxy.injection.insert_memory_block`) and response
+  headers; ``None`` forwards the client's bytes untouched.
+- ``after_response(ctx, completion)`` runs once the whole response has reached the client (or the
+  exchange ended otherwise: see :class:`Outcome`), in a background task, never delaying the
+  response. It is called for every request; the hook checks ``ctx.write_allowed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property
+from typing import Any, Protocol
+
+from app.proxy.history import ConvertedHistory, convert
+from app.proxy.requests import MemoryMode, RequestKind
+from app.schemas.openai import ChatCompletionRequest
+
+logger = logging.getLogger("memproxy.hooks")
+
+
+@dataclass(slots=False)
+class RequestContext:
+    """One chat request, as the hooks see it. Holds no state beyond the request itself."""
+
+    request_id: str
+    user_id: str
+    kind: RequestKind
+    task: str | None
+    memory_mode: MemoryMode
+    body: dict[str, Any]
+    """The parsed client body (do not mutate: return a new one from `before_forward`)."""
+    request: ChatCompletionRequest
+    """The validated view of `body`."""
+
+    @property
+    def model(self) -> str:
+        return self.request.model
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.request.stream)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = self.body["messages"]
+        return messages
+
+    @property
+    def recall_allowed(self) -> bool:
+        return self.kind is RequestKind.CHAT and self.memory_mode is not MemoryMode.OFF
+
+    @property
+    def write_allowed(self) -> bool:
+        return self.kind is RequestKind.CHAT and self.memory_mode is MemoryMode.ON
+
+    @cached_property
+    def history(self) -> ConvertedHistory:
+        """The conversation as PydanticAI messages; converted on first use, off the hot path."""
+        return convert(self.request.messages)
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    """The upstream's whole response reached the client."""
+    UPSTREAM_FAILED = "upstream_failed"
+    """The upstream answered an error status or broke off mid-stream."""
+    CLIENT_DISCONNECTED = "client_disconnected"
+    """The client went away before the end (e.g. Open WebUI's stop button)."""
+
+
+@dataclass(slots=True)
+class Completion:
+    """What the upstream answered, read from a copy of the relayed bytes after the fact."""
+
+    outcome: Outcome
+    status_code: int
+    assistant_text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Preparation:
+    body: dict[str, Any] | None = None
+    """A replacement body to forward, or None to forward the client's bytes unchanged."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Extra response headers (e.g. how many memories were injected)."""
+
+
+class MemoryHooks(Protocol):
+    async def before_forward(self, ctx: RequestContext) -> Preparation | None: ...
+
+    async def after_response(self, ctx: RequestContext, completion: Completion) -> None: ...
+
+
+class NoMemory:
+    """The hooks of a proxy without memory: forward everything untouched, learn nothing."""
+
+    async def before_forward(self, ctx: RequestContext) -> Preparation | None:
+        return None
+
+    async def after_response(self, ctx: RequestContext, completion: Completion) -> None:
+        return None
+
+
+class BackgroundRunner:
+    """Runs fire-and-forget coroutines: keeps them referenced, logs their failures, and lets
+    shutdown wait for them (bounded) instead of cutting them off."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, None], *, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("background task %s failed", task.get_name(), exc_info=task.exception())
+
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    async def drain(self, grace_seconds: float) -> None:
+        """Wait up to `grace_seconds` for running tasks, then cancel what is left."""
+        if not self._tasks:
+            return
+        _, still_running = await asyncio.wait(set(self._tasks), timeout=grace_seconds)
+        for task in still_running:
+            task.cancel()
+        if still_running:
+            logger.warning("cancelled %d background task(s) at shutdown", len(still_running))
+            await asyncio.gather(*still_running, return_exceptions=True)

@@ -1,0 +1,184 @@
+"""The ASGI response that performs one upstream exchange and relays it to the client.
+
+Everything that waits on the network happens inside :meth:`ProxyResponse.__call__`, under a
+watcher of the client's connection: if the client goes away (while the upstream is still
+thinking, or mid-stream) the upstream request is closed at once, so the model stops generating
+for nobody.
+
+Bytes are relayed as they arrive, never parsed or re-serialised. For an SSE body they are released
+at event boundaries (``\\n\\n``): a chunk ending mid-event waits for the rest of its event, so
+when the upstream breaks off mid-stream the client's last event is whole and the final
+``data: {"error": ...}`` event memproxy adds is readable. A copy of the bytes (capped) is kept
+for the completion hook, which reads the assistant's text from it after the response is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from app.errors import MemproxyError, UpstreamStatusError, error_body
+from app.proxy.hooks import Outcome
+from app.proxy.upstream import Upstream
+
+MAX_CAPTURE_BYTES = 8 * 1024 * 1024
+"""Most bytes of a response kept for the completion hook; beyond it the copy is cut."""
+MAX_PENDING_BYTES = 1024 * 1024
+"""An SSE 'event' longer than this without a boundary is not SSE: relay it as it is."""
+
+FinishCallback = Callable[[Outcome, int, list[bytes]], None]
+
+
+class ProxyResponse(Response):
+    """Open `request` upstream and relay the answer; `on_finish(outcome, status, captured)` is
+    called once the exchange is over, after the last byte was sent (or the client left)."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        request: httpx.Request,
+        *,
+        extra_headers: list[tuple[bytes, bytes]] | None = None,
+        on_finish: FinishCallback | None = None,
+        capture: bool = False,
+    ) -> None:
+        self.upstream = upstream
+        self.upstream_request = request
+        self.extra_headers = extra_headers or []
+        self.on_finish = on_finish
+        self.capture = capture
+        self.status_code = 0
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = _Exchange(capture=self.capture)
+        async with anyio.create_task_group() as group:
+
+            async def watch_disconnect() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                # Servers also report a disconnect once the last byte is out: that is no early exit.
+                if not state.sent_last:
+                    state.outcome = Outcome.CLIENT_DISCONNECTED
+                    group.cancel_scope.cancel()
+
+            group.start_soon(watch_disconnect)
+            try:
+                await self._exchange(send, state)
+            finally:
+                group.cancel_scope.cancel()
+        if self.on_finish is not None:
+            self.on_finish(state.outcome, state.status, state.captured)
+
+    async def _exchange(self, send: Send, state: _Exchange) -> None:
+        try:
+            response = await self.upstream.open(self.upstream_request)
+        except MemproxyError as exc:
+            state.outcome = Outcome.UPSTREAM_FAILED
+            status = (
+                exc.upstream_status if isinstance(exc, UpstreamStatusError) else exc.status_code
+            )
+            state.status = status
+            state.sent_last = True
+            await _send_json(send, status, exc.to_body(), self.extra_headers)
+            return
+        state.status = response.status_code
+        headers = Upstream.response_headers(response)
+        content_type = response.headers.get("content-type", "")
+        sse = content_type.startswith("text/event-stream")
+        if sse:
+            # Tell buffering reverse proxies (nginx) to pass events through as they come.
+            headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status_code,
+                    "headers": headers + self.extra_headers,
+                }
+            )
+            await self._relay(response, send, state, sse)
+        except OSError:  # the client's socket is gone; uvicorn says so on send
+            state.outcome = Outcome.CLIENT_DISCONNECTED
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+
+    async def _relay(
+        self, response: httpx.Response, send: Send, state: _Exchange, sse: bool
+    ) -> None:
+        pending = b""
+        try:
+            async for chunk in response.aiter_bytes():
+                state.keep(chunk)
+                if sse:
+                    chunk, pending = _split_at_event_end(pending + chunk if pending else chunk)
+                    if not chunk:
+                        continue
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.HTTPError as exc:
+            state.outcome = Outcome.UPSTREAM_FAILED
+            if sse:  # a partial event is dropped: the client gets whole events, then the error
+                await send(
+                    {"type": "http.response.body", "body": _error_event(exc), "more_body": True}
+                )
+            pending = b""
+        state.sent_last = True
+        await send({"type": "http.response.body", "body": pending, "more_body": False})
+
+
+class _Exchange:
+    __slots__ = ("capture", "captured", "outcome", "sent_last", "size", "status")
+
+    def __init__(self, *, capture: bool) -> None:
+        self.capture = capture
+        self.captured: list[bytes] = []
+        self.size = 0
+        self.outcome = Outcome.COMPLETED
+        self.status = 0
+        self.sent_last = False
+
+    def keep(self, chunk: bytes) -> None:
+        if self.capture and self.size < MAX_CAPTURE_BYTES:
+            self.captured.append(chunk)
+            self.size += len(chunk)
+
+
+def _split_at_event_end(data: bytes) -> tuple[bytes, bytes]:
+    """(what can be sent now, what must wait for the rest of its event)."""
+    if data.endswith(b"\n\n") or data.endswith(b"\r\n\r\n"):
+        return data, b""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+    cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+    if cut == 0:  # no boundary yet
+        return (data, b"") if len(data) > MAX_PENDING_BYTES else (b"", data)
+    return data[:cut], data[cut:]
+
+
+def _error_event(exc: httpx.HTTPError) -> bytes:
+    if isinstance(exc, httpx.TimeoutException):
+        message, code = "the upstream stopped sending mid-stream (read timeout)", "upstream_timeout"
+    else:
+        message = f"the upstream broke off mid-stream ({type(exc).__name__})"
+        code = "upstream_disconnected"
+    body = error_body(message, "upstream_error", code=code)
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+async def _send_json(
+    send: Send, status: int, body: dict[str, Any], extra: list[tuple[bytes, bytes]]
+) -> None:
+    payload = orjson.dumps(body)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        *extra,
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload, "more_body": False})

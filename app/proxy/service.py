@@ -1,0 +1,115 @@
+"""The proxy's request handling: what happens between a router and the upstream.
+
+Per chat request, on the hot path: read and check the body, classify it, resolve the user, let
+the memory hook prepare (only for `chat` requests with memory on; a failing hook is logged and the
+chat goes on without memory), then hand a :class:`ProxyResponse` back to the router. After the
+response: the completion is read from the captured bytes and given to the hook, in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.config import ApiKey, Settings
+from app.proxy.body import parse_json_object, read_body, validate_chat_request
+from app.proxy.completion import read_completion
+from app.proxy.hooks import BackgroundRunner, MemoryHooks, Outcome, Preparation, RequestContext
+from app.proxy.identity import resolve_user
+from app.proxy.relay import ProxyResponse
+from app.proxy.requests import classify, parse_memory_mode
+from app.proxy.upstream import Upstream
+
+logger = logging.getLogger("memproxy.proxy")
+
+
+class ChatProxy:
+    def __init__(
+        self, settings: Settings, upstream: Upstream, hooks: MemoryHooks, runner: BackgroundRunner
+    ) -> None:
+        self.upstream = upstream
+        self.hooks = hooks
+        self.runner = runner
+        self._max_body = settings.max_body_bytes
+        self._user_headers = tuple(settings.user_id_headers)
+        self._task_header = settings.task_header
+        self._require_user = settings.require_user
+
+    async def chat(self, request: Request, key: ApiKey | None, request_id: str) -> Response:
+        raw = await read_body(request, self._max_body)
+        data = parse_json_object(raw)
+        checked = validate_chat_request(data)
+        headers = request.headers
+        mode = parse_memory_mode(headers.get("x-memory"))
+        user_id = resolve_user(
+            headers, self._user_headers, checked.user, key, require_user=self._require_user
+        )
+        kind = classify(data["messages"], headers.get(self._task_header))
+        ctx = RequestContext(
+            request_id=request_id,
+            user_id=user_id,
+            kind=kind.kind,
+            task=kind.task,
+            memory_mode=mode,
+            body=data,
+            request=checked,
+        )
+        request.state.user_id = user_id  # for the access log line
+        request.state.kind = kind.kind.value
+
+        preparation = await self._prepare(ctx) if ctx.recall_allowed else None
+        content = raw
+        if preparation is not None and preparation.body is not None:
+            content = orjson.dumps(preparation.body)
+        upstream_headers = self.upstream.headers(headers.items(), request_id)
+        if "content-type" not in headers:
+            upstream_headers.append(("content-type", "application/json"))
+        upstream_request = self.upstream.build(
+            "POST", "/chat/completions", headers=upstream_headers, content=content
+        )
+        extra = (
+            [(k.encode(), v.encode()) for k, v in preparation.headers.items()]
+            if preparation
+            else []
+        )
+
+        def finished(outcome: Outcome, status: int, captured: list[bytes]) -> None:
+            self.runner.spawn(
+                self._after_response(ctx, outcome, status, captured),
+                name=f"after-response-{request_id}",
+            )
+
+        return ProxyResponse(
+            self.upstream, upstream_request, extra_headers=extra, on_finish=finished, capture=True
+        )
+
+    async def relay(self, request: Request, path: str, request_id: str) -> Response:
+        """Any other `/v1/*` call (embeddings, audio, files...), passed through unchanged."""
+        raw = await read_body(request, self._max_body)
+        upstream_request = self.upstream.build(
+            request.method,
+            f"/{path}",
+            headers=self.upstream.headers(request.headers.items(), request_id),
+            content=raw,
+            query=request.url.query,
+        )
+        return ProxyResponse(self.upstream, upstream_request)
+
+    async def _prepare(self, ctx: RequestContext) -> Preparation | None:
+        try:
+            return await self.hooks.before_forward(ctx)
+        except Exception:
+            # Memory must never break a chat: forward the client's request as it came.
+            logger.warning(
+                "memory hook failed before forwarding; continuing without memory", exc_info=True
+            )
+            return None
+
+    async def _after_response(
+        self, ctx: RequestContext, outcome: Outcome, status: int, captured: list[bytes]
+    ) -> None:
+        completion = read_completion(outcome, status, captured, sse=ctx.stream)
+        await self.hooks.after_response(ctx, completion)

@@ -1,0 +1,185 @@
+"""The upstream model server: URLs, headers, and errors, over one shared ``httpx.AsyncClient``.
+
+Header policy (what goes upstream):
+
+- the client's headers, except hop-by-hop ones, ``Host``, ``Content-Length``, ``Cookie``,
+  ``Accept-Encoding`` (we ask for identity so relayed bytes are the bytes the upstream wrote),
+  ``X-Memory``, and the headers that identify the person (the configured user headers and every
+  ``X-OpenWebUI-User-*``): the upstream may be a third party, and who the user is stays here;
+- ``Authorization``: ``Bearer MEMPROXY_UPSTREAM_API_KEY`` when set; else the client's own, but
+  only when memproxy has no keys of its own (``MEMPROXY_API_KEYS`` empty), so a memproxy key
+  never leaves memproxy;
+- ``X-Request-Id``: this request's id, so upstream logs can be matched with ours.
+
+Errors: refused connection or unresolvable host -> :class:`UpstreamUnreachable` (502); any
+timeout -> :class:`UpstreamTimeout` (504); both name the URL and the setting to change. An HTTP
+error status -> :class:`UpstreamStatusError` carrying the upstream's status and body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import httpx
+
+from app.config import Settings
+from app.errors import UpstreamStatusError, UpstreamTimeout, UpstreamUnreachable
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+_DROP_REQUEST = HOP_BY_HOP | {
+    "host",
+    "content-length",
+    "authorization",
+    "accept-encoding",
+    "cookie",
+    "expect",
+    "x-memory",
+    "x-request-id",
+}
+_DROP_RESPONSE = frozenset(
+    name.encode() for name in HOP_BY_HOP | {"content-length", "content-encoding", "date", "server"}
+)
+_IDENTITY_PREFIX = "x-openwebui-user-"
+MAX_ERROR_BODY = 1024 * 1024
+
+
+def build_client(
+    settings: Settings, transport: httpx.AsyncBaseTransport | None = None
+) -> httpx.AsyncClient:
+    """The one client the app shares: pooled connections, no retries, no redirects."""
+    connect = settings.upstream_connect_timeout_seconds
+    read = settings.upstream_read_timeout_seconds
+    limits = httpx.Limits(
+        max_connections=settings.upstream_max_connections,
+        max_keepalive_connections=settings.upstream_max_connections,
+        keepalive_expiry=30,
+    )
+    return httpx.AsyncClient(
+        transport=transport or httpx.AsyncHTTPTransport(limits=limits),
+        timeout=httpx.Timeout(connect=connect, read=read, write=read, pool=connect),
+        limits=limits,
+        follow_redirects=False,
+        # Environment proxies (HTTP_PROXY...) would silently reroute a LAN Ollama.
+        trust_env=False,
+    )
+
+
+class Upstream:
+    """Opens requests to the upstream and maps transport failures to memproxy errors."""
+
+    def __init__(self, client: httpx.AsyncClient, settings: Settings, *, proxy_keys_enabled: bool):
+        self.client = client
+        self.base_url = settings.upstream_base_url
+        self._api_key = (
+            settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
+        )
+        self._pass_client_auth = self._api_key is None and not proxy_keys_enabled
+        self._connect_timeout = settings.upstream_connect_timeout_seconds
+        self._read_timeout = settings.upstream_read_timeout_seconds
+        self._drop = _DROP_REQUEST | {name.lower() for name in settings.user_id_headers}
+
+    def url(self, path: str, query: str = "") -> str:
+        """`path` is relative to the base URL (`/chat/completions`), never with `/v1`."""
+        return f"{self.base_url}{path}" + (f"?{query}" if query else "")
+
+    def headers(
+        self, incoming: Sequence[tuple[str, str]], request_id: str
+    ) -> list[tuple[str, str]]:
+        """Upstream headers from the client's (lower-case names), per the module's policy."""
+        out = [
+            (name, value)
+            for name, value in incoming
+            if name not in self._drop and not name.startswith(_IDENTITY_PREFIX)
+        ]
+        authorization = next((v for n, v in incoming if n == "authorization"), None)
+        if self._api_key is not None:
+            out.append(("authorization", f"Bearer {self._api_key}"))
+        elif self._pass_client_auth and authorization:
+            out.append(("authorization", authorization))
+        out.append(("accept-encoding", "identity"))
+        out.append(("x-request-id", request_id))
+        return out
+
+    def build(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: list[tuple[str, str]],
+        content: bytes,
+        query: str = "",
+    ) -> httpx.Request:
+        return self.client.build_request(
+            method, self.url(path, query), headers=headers, content=content
+        )
+
+    async def open(self, request: httpx.Request) -> httpx.Response:
+        """Send and return the response with its body unread; error statuses raise, body read."""
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise self._timeout(exc) from None
+        except httpx.TransportError as exc:
+            reason = f"{type(exc).__name__}: {exc or 'no detail'}"
+            raise UpstreamUnreachable(
+                f"cannot reach the upstream at {self.base_url} ({reason}); check that it is "
+                "running and that MEMPROXY_UPSTREAM_BASE_URL points at it"
+            ) from None
+        if response.status_code >= 400:
+            body = await _read_capped(response, MAX_ERROR_BODY)
+            raise UpstreamStatusError(response.status_code, body)
+        return response
+
+    def _timeout(self, exc: httpx.TimeoutException) -> UpstreamTimeout:
+        if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
+            what, seconds, setting = (
+                "connect",
+                self._connect_timeout,
+                "MEMPROXY_UPSTREAM_CONNECT_TIMEOUT_SECONDS",
+            )
+        else:
+            what, seconds, setting = (
+                "answer",
+                self._read_timeout,
+                "MEMPROXY_UPSTREAM_READ_TIMEOUT_SECONDS",
+            )
+        return UpstreamTimeout(
+            f"the upstream at {self.base_url} did not {what} within {seconds:g} s; "
+            f"check it, or raise {setting}"
+        )
+
+    @staticmethod
+    def response_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
+        return [
+            (name, value)
+            for name, value in response.headers.raw
+            if name.lower() not in _DROP_RESPONSE
+        ]
+
+
+async def _read_capped(response: httpx.Response, cap: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= cap:
+                break
+    except httpx.HTTPError:
+        pass  # what arrived is enough to report
+    finally:
+        await response.aclose()
+    return b"".join(chunks)[:cap]

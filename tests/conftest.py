@@ -1,0 +1,69 @@
+"""Shared fixtures. The upstream is faked at the HTTP edge: respx behind an injected transport for
+unit tests, or the real fake server on loopback (tests/servers.py) for end-to-end ones."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+from app.config import Settings
+from app.main import create_app
+from app.proxy.hooks import MemoryHooks
+from tests.helpers import UPSTREAM
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's MEMPROXY_* variables or .env must not change what the tests see."""
+    for name in list(os.environ):
+        if name.startswith("MEMPROXY_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setitem(Settings.model_config, "env_file", None)
+
+
+def make_settings(**overrides: Any) -> Settings:
+    return Settings(upstream_base_url=UPSTREAM, **overrides)
+
+
+@pytest.fixture
+def upstream() -> respx.Router:
+    return respx.Router(base_url=UPSTREAM, assert_all_called=False)
+
+
+AppClientFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def make_client(upstream: respx.Router) -> AsyncIterator[AppClientFactory]:
+    """`await make_client(hooks=..., **settings)`: an httpx client talking to a fresh app."""
+    stack: list[Any] = []
+
+    async def factory(hooks: MemoryHooks | None = None, **overrides: Any) -> httpx.AsyncClient:
+        app = create_app(
+            make_settings(**overrides),
+            upstream_transport=httpx.MockTransport(upstream.async_handler),
+            hooks=hooks,
+        )
+        lifespan = app.router.lifespan_context(app)
+        await lifespan.__aenter__()
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://memproxy.test"
+        )
+        stack.append((lifespan, client, app))
+        return client
+
+    yield factory
+    for lifespan, client, _ in reversed(stack):
+        await client.aclose()
+        await lifespan.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def client(make_client: AppClientFactory) -> httpx.AsyncClient:
+    result: httpx.AsyncClient = await make_client()
+    return result
