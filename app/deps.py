@@ -1,7 +1,8 @@
 """Dependencies for the routers, as `Annotated` aliases (routers declare what they need, no more).
 
 The app's long-lived objects live in one :class:`Services` on ``app.state``, created by the
-lifespan in :mod:`app.main`.
+lifespan in :mod:`app.main`. Every dependency is ``async def``: FastAPI runs a plain ``def`` one in
+a worker thread, a thread hop per dependency per request on the hot path.
 """
 
 from __future__ import annotations
@@ -31,19 +32,20 @@ class Services:
     runner: BackgroundRunner
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
 
 
-def get_request_id(request: Request) -> str:
+async def get_request_id(request: Request) -> str:
     request_id: str = request.scope.get("state", {}).get("request_id", "-")
     return request_id
 
 
-def authenticate(request: Request) -> ApiKey | None:
+async def authenticate(request: Request) -> ApiKey | None:
     """401 unless the bearer key is valid (when keys are configured); the matched key."""
-    return get_services(request).authenticator.authenticate(request.headers.get("authorization"))
+    services: Services = request.app.state.services
+    return services.authenticator.authenticate(request.headers.get("authorization"))
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]

@@ -24,6 +24,7 @@ import httpx
 
 from app.config import Settings
 from app.errors import UpstreamStatusError, UpstreamTimeout, UpstreamUnreachable
+from app.proxy.transport import AsyncioTransport
 
 HOP_BY_HOP = frozenset(
     {
@@ -64,10 +65,12 @@ def build_client(
     limits = httpx.Limits(
         max_connections=settings.upstream_max_connections,
         max_keepalive_connections=settings.upstream_max_connections,
-        keepalive_expiry=30,
+        # Under the 5 s idle timeout of uvicorn-based upstreams (vLLM): reusing a connection
+        # the server is about to close would fail a request.
+        keepalive_expiry=4,
     )
     return httpx.AsyncClient(
-        transport=transport or httpx.AsyncHTTPTransport(limits=limits),
+        transport=transport or AsyncioTransport(limits=limits),
         timeout=httpx.Timeout(connect=connect, read=read, write=read, pool=connect),
         limits=limits,
         follow_redirects=False,
@@ -89,6 +92,8 @@ class Upstream:
         self._connect_timeout = settings.upstream_connect_timeout_seconds
         self._read_timeout = settings.upstream_read_timeout_seconds
         self._drop = _DROP_REQUEST | {name.lower() for name in settings.user_id_headers}
+        self._timeouts = client.timeout.as_dict()
+        self._urls: dict[str, httpx.URL] = {}
 
     def url(self, path: str, query: str = "") -> str:
         """`path` is relative to the base URL (`/chat/completions`), never with `/v1`."""
@@ -121,8 +126,15 @@ class Upstream:
         content: bytes,
         query: str = "",
     ) -> httpx.Request:
-        return self.client.build_request(
-            method, self.url(path, query), headers=headers, content=content
+        # Built directly (not `client.build_request`): the client has no defaults to merge, and
+        # the hot paths reuse one parsed URL instead of parsing the string on every request.
+        url = None if query else self._urls.get(path)
+        if url is None:
+            url = httpx.URL(self.url(path, query))
+            if not query and len(self._urls) < 64:
+                self._urls[path] = url
+        return httpx.Request(
+            method, url, headers=headers, content=content, extensions={"timeout": self._timeouts}
         )
 
     async def open(self, request: httpx.Request) -> httpx.Response:

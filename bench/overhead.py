@@ -1,0 +1,226 @@
+"""What memproxy adds to a streaming chat request, measured against the upstream called directly.
+
+Starts the fake upstream and memproxy (one uvicorn worker each, separate processes, loopback),
+then, in this process, with a minimal keep-alive HTTP/1.1 client (so the load generator costs
+as little CPU as possible and the same for both paths):
+
+1. time to first byte: sequential streaming requests alternating direct / proxied; p50 and p99;
+2. throughput: streaming requests at concurrency 16 for a fixed time, direct and proxied in
+   alternating rounds; requests/second and proxied as a share of direct, for two upstreams:
+   - paced: 20 tokens 10 ms apart, like a fast model (~100 tokens/s); what users run;
+   - instant: every event at once. The worst case: the upstream costs ~0.15 ms of CPU per request,
+     so the ratio measures memproxy's own CPU cost per request, not a realistic deployment.
+
+Targets (issue 2, 2-core machine, one worker): added TTFB p50 <= 2 ms; throughput >= 70 %.
+
+Run: .venv/bin/python bench/overhead.py [--requests 400] [--seconds 4] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+BODY = orjson.dumps(
+    {
+        "model": "fake-model",
+        "stream": True,
+        "messages": [
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": "Write one short sentence about the sea, please."},
+        ],
+    }
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server on port {port} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"server on port {port} did not start")
+
+
+@contextmanager
+def server(args: list[str], port: int, env: dict[str, str]) -> Iterator[None]:
+    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL)
+    try:
+        wait_listening(port, proc)
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection that POSTs the chat body and reads a chunked reply."""
+
+    def __init__(self, port: int, path: str, pace: dict[str, str] | None = None) -> None:
+        self.port = port
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (pace or {}).items())
+        self.request = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer sk-bench\r\nX-User-Id: bench\r\n{extra}"
+            f"Content-Length: {len(BODY)}\r\n\r\n"
+        ).encode() + BODY
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def send(self) -> tuple[float, float]:
+        """(seconds to the first body byte, seconds to the end of the response)."""
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        assert self.reader is not None
+        start = time.perf_counter()
+        self.writer.write(self.request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(head.split(b"\r\n")[0].decode())
+        if b"transfer-encoding: chunked" not in head.lower():
+            raise RuntimeError("expected a chunked streaming response")
+        first = 0.0
+        while True:
+            size = int((await self.reader.readline()).strip(), 16)
+            await self.reader.readexactly(size + 2)
+            if not first:
+                first = time.perf_counter() - start
+            if size == 0:
+                return first, time.perf_counter() - start
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+async def ttfb(direct: Connection, proxied: Connection, n: int) -> tuple[list[float], list[float]]:
+    for _ in range(50):  # warm-up: connections, caches, JIT-less but lazy imports
+        await direct.send()
+        await proxied.send()
+    d, p = [], []
+    for _ in range(n):
+        d.append((await direct.send())[0])
+        p.append((await proxied.send())[0])
+    return d, p
+
+
+async def throughput(port: int, pace: dict[str, str], concurrency: int, seconds: float) -> float:
+    connections = [Connection(port, "/v1/chat/completions", pace) for _ in range(concurrency)]
+    for conn in connections:
+        await conn.send()
+    done = 0
+    stop = time.perf_counter() + seconds
+
+    async def worker(conn: Connection) -> None:
+        nonlocal done
+        while time.perf_counter() < stop:
+            await conn.send()
+            done += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(c) for c in connections))
+    return done / (time.perf_counter() - start)
+
+
+async def run(args: argparse.Namespace, up_port: int, proxy_port: int) -> None:
+    direct = Connection(up_port, "/v1/chat/completions")
+    proxied = Connection(proxy_port, "/v1/chat/completions")
+    d, p = await ttfb(direct, proxied, args.requests)
+    ms = 1000
+    print(f"time to first byte, {args.requests} sequential streaming requests each (ms)")
+    print(f"  {'':8} {'p50':>7} {'p99':>7}")
+    print(f"  {'direct':8} {pct(d, 0.5) * ms:7.2f} {pct(d, 0.99) * ms:7.2f}")
+    print(f"  {'proxied':8} {pct(p, 0.5) * ms:7.2f} {pct(p, 0.99) * ms:7.2f}")
+    added50, added99 = (pct(p, 0.5) - pct(d, 0.5)) * ms, (pct(p, 0.99) - pct(d, 0.99)) * ms
+    print(f"  {'added':8} {added50:7.2f} {added99:7.2f}   (target: p50 <= 2 ms)")
+    print(
+        f"throughput at concurrency {args.concurrency}, "
+        f"{args.rounds} x {args.seconds:g} s per path (requests/s)"
+    )
+    for name, pace in PACES.items():
+        direct_rate = proxied_rate = 0.0
+        for _ in range(args.rounds):
+            direct_rate += (
+                await throughput(up_port, pace, args.concurrency, args.seconds) / args.rounds
+            )
+            proxied_rate += (
+                await throughput(proxy_port, pace, args.concurrency, args.seconds) / args.rounds
+            )
+        print(
+            f"  {name:8} direct {direct_rate:7.0f}   proxied {proxied_rate:7.0f}   "
+            f"ratio {proxied_rate / direct_rate:4.0%}   (target: >= 70%)"
+        )
+
+
+PACES = {
+    "paced": {"X-Fake-Chunks": "20", "X-Fake-Delay-Ms": "10"},
+    "instant": {},
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--requests", type=int, default=400, help="sequential requests per path for TTFB"
+    )
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of one throughput round")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="alternating throughput rounds per path"
+    )
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    up_port, proxy_port = free_port(), free_port()
+    python = sys.executable
+    upstream_cmd = [
+        python,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app.devtools.fake_upstream:FakeUpstream",
+        "--port",
+        str(up_port),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+    proxy_cmd = [python, "-m", "app.cli", "serve", "--port", str(proxy_port)]
+    proxy_env = {
+        "MEMPROXY_UPSTREAM_BASE_URL": f"http://127.0.0.1:{up_port}/v1",
+        "MEMPROXY_LOG_LEVEL": "WARNING",
+    }
+    print(
+        f"fake upstream :{up_port}, memproxy :{proxy_port} (one worker each), "
+        "client in this process"
+    )
+    with server(upstream_cmd, up_port, {}), server(proxy_cmd, proxy_port, proxy_env):
+        asyncio.run(run(args, up_port, proxy_port))
+
+
+if __name__ == "__main__":
+    main()
