@@ -6,9 +6,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+
+from app.config import Settings
+from app.devtools.fake_upstream import FakeUpstream
+from app.main import create_app
 
 
 @contextmanager
@@ -29,3 +34,22 @@ def serve(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(15)
+
+
+@dataclass(frozen=True)
+class Stack:
+    fake: FakeUpstream
+    upstream_url: str
+    """The fake upstream's base URL, with `/v1`."""
+    proxy_url: str
+    """memproxy's root URL, without `/v1`."""
+
+
+@contextmanager
+def serve_stack(**settings: Any) -> Iterator[Stack]:
+    """The fake upstream and a memproxy forwarding to it, each on its own loopback server."""
+    fake = FakeUpstream()
+    with serve(fake) as upstream:
+        app = create_app(Settings(upstream_base_url=f"{upstream}/v1", **settings))
+        with serve(app) as proxy:
+            yield Stack(fake, f"{upstream}/v1", proxy)

@@ -9,10 +9,8 @@ from typing import Any
 import openai
 import pytest
 
-from app.config import Settings
 from app.devtools.fake_upstream import FakeUpstream
-from app.main import create_app
-from tests.servers import serve
+from tests.servers import serve_stack
 
 TOOLS = [
     {
@@ -33,12 +31,8 @@ TINY_PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAA
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[FakeUpstream, str, str]]:
-    fake = FakeUpstream()
-    with (
-        serve(fake) as upstream_url,
-        serve(create_app(Settings(upstream_base_url=f"{upstream_url}/v1"))) as proxy,
-    ):
-        yield fake, f"{upstream_url}/v1", f"{proxy}/v1"
+    with serve_stack() as stack:
+        yield stack.fake, stack.upstream_url, f"{stack.proxy_url}/v1"
 
 
 def _both(servers: tuple[FakeUpstream, str, str], call: Any) -> tuple[Any, Any, bytes, bytes]:

@@ -10,10 +10,8 @@ import httpx
 import orjson
 import pytest
 
-from app.config import Settings
 from app.devtools.fake_upstream import FakeUpstream
-from app.main import create_app
-from tests.servers import serve
+from tests.servers import Stack, serve_stack
 
 STREAM_BODY = {
     "model": "fake-model",
@@ -23,16 +21,19 @@ STREAM_BODY = {
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[tuple[FakeUpstream, str]]:
-    upstream = FakeUpstream()
-    with serve(upstream) as url:
-        yield upstream, url
+def stack() -> Iterator[Stack]:
+    with serve_stack() as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
-def proxy_url(fake: tuple[FakeUpstream, str]) -> Iterator[str]:
-    with serve(create_app(Settings(upstream_base_url=f"{fake[1]}/v1"))) as url:
-        yield url
+def fake(stack: Stack) -> tuple[FakeUpstream, str]:
+    return stack.fake, stack.upstream_url.removesuffix("/v1")
+
+
+@pytest.fixture(scope="module")
+def proxy_url(stack: Stack) -> str:
+    return stack.proxy_url
 
 
 def _events(raw: bytes) -> list[bytes]:

@@ -9,21 +9,16 @@ import httpx
 import orjson
 import pytest
 
-from app.config import Settings
-from app.devtools.fake_upstream import FakeUpstream
-from app.main import create_app
 from app.proxy.transport import AsyncioTransport
-from tests.servers import serve
+from tests.servers import serve_stack
 
 BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
 
 
 @pytest.fixture(scope="module")
 def slow_proxy() -> Iterator[str]:
-    with serve(FakeUpstream()) as upstream:
-        settings = Settings(upstream_base_url=f"{upstream}/v1", upstream_read_timeout_seconds=0.3)
-        with serve(create_app(settings)) as proxy:
-            yield proxy
+    with serve_stack(upstream_read_timeout_seconds=0.3) as stack:
+        yield stack.proxy_url
 
 
 def test_read_timeout_before_headers_is_504(slow_proxy: str) -> None:
