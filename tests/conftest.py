@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
@@ -14,7 +15,7 @@ import respx
 from app.config import Settings
 from app.main import create_app
 from app.proxy.hooks import MemoryHooks
-from tests.helpers import UPSTREAM
+from tests.helpers import UPSTREAM, running
 
 
 @pytest.fixture(autouse=True)
@@ -41,26 +42,17 @@ AppClientFactory = Callable[..., Any]
 @pytest.fixture
 async def make_client(upstream: respx.Router) -> AsyncIterator[AppClientFactory]:
     """`await make_client(hooks=..., **settings)`: an httpx client talking to a fresh app."""
-    stack: list[Any] = []
+    async with AsyncExitStack() as stack:
 
-    async def factory(hooks: MemoryHooks | None = None, **overrides: Any) -> httpx.AsyncClient:
-        app = create_app(
-            make_settings(**overrides),
-            upstream_transport=httpx.MockTransport(upstream.async_handler),
-            hooks=hooks,
-        )
-        lifespan = app.router.lifespan_context(app)
-        await lifespan.__aenter__()
-        client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://memproxy.test"
-        )
-        stack.append((lifespan, client, app))
-        return client
+        async def factory(hooks: MemoryHooks | None = None, **overrides: Any) -> httpx.AsyncClient:
+            app = create_app(
+                make_settings(**overrides),
+                upstream_transport=httpx.MockTransport(upstream.async_handler),
+                hooks=hooks,
+            )
+            return await stack.enter_async_context(running(app))
 
-    yield factory
-    for lifespan, client, _ in reversed(stack):
-        await client.aclose()
-        await lifespan.__aexit__(None, None, None)
+        yield factory
 
 
 @pytest.fixture

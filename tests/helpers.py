@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import orjson
+from fastapi import FastAPI
 
 from app.proxy.hooks import Completion, Preparation, RequestContext
 
 UPSTREAM = "http://upstream.test/v1"
+
+
+@asynccontextmanager
+async def running(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """`app` with its lifespan entered, and an httpx client talking to it in-process."""
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://memproxy.test") as client,
+    ):
+        yield client
 
 
 def chat_body(text: str = "hello", **extra: Any) -> dict[str, Any]:
