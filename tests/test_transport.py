@@ -9,7 +9,7 @@ import httpx
 import orjson
 import pytest
 
-from app.proxy.transport import AsyncioTransport
+from app.proxy.transport import LeanTransport
 from tests.servers import serve_stack
 
 BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
@@ -55,7 +55,7 @@ async def test_server_closing_idle_connection_is_not_reused() -> None:
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     limits = httpx.Limits(max_connections=4, max_keepalive_connections=4, keepalive_expiry=30)
-    async with server, httpx.AsyncClient(transport=AsyncioTransport(limits=limits)) as client:
+    async with server, httpx.AsyncClient(transport=LeanTransport(limits=limits)) as client:
         for _ in range(3):
             response = await client.get(f"http://127.0.0.1:{port}/x")
             assert response.json() == {}
@@ -65,6 +65,95 @@ async def test_server_closing_idle_connection_is_not_reused() -> None:
 
 async def test_connect_error_is_httpx_connect_error() -> None:
     limits = httpx.Limits(max_connections=1)
-    async with httpx.AsyncClient(transport=AsyncioTransport(limits=limits)) as client:
+    async with httpx.AsyncClient(transport=LeanTransport(limits=limits)) as client:
         with pytest.raises(httpx.ConnectError):
             await client.get("http://127.0.0.1:1/")
+
+
+async def _http_server(reply: bytes) -> tuple[asyncio.Server, list[int]]:
+    """A raw HTTP/1.1 server answering every request on a connection with `reply`; it counts
+    connections (and requests per connection) so reuse is visible from the server's side."""
+    per_connection: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        per_connection.append(0)
+        index = len(per_connection) - 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next((line.split(b":")[1] for line in head.split(b"\r\n")
+                                   if line.lower().startswith(b"content-length")), b"0"))  # fmt: skip
+                await reader.readexactly(length)
+                per_connection[index] += 1
+                writer.write(reply)
+                await writer.drain()
+                if b"connection: close" in reply.lower():
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, per_connection
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 12\r\n\r\n{"ok": true}',
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"9\r\ndata: 1\n\n\r\n0\r\n\r\n",
+    ],
+    ids=["content-length", "chunked"],
+)
+async def test_keep_alive_connections_are_reused(reply: bytes) -> None:
+    server, per_connection = await _http_server(reply)
+    port = server.sockets[0].getsockname()[1]
+    limits = httpx.Limits(max_connections=4, max_keepalive_connections=4, keepalive_expiry=30)
+    async with server, httpx.AsyncClient(transport=LeanTransport(limits=limits)) as client:
+        for _ in range(5):
+            response = await client.post(f"http://127.0.0.1:{port}/x", json={"a": 1})
+            assert response.status_code == 200 and response.content
+    assert per_connection == [5]
+
+
+async def test_connection_close_responses_are_not_reused() -> None:
+    reply = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}"
+    server, per_connection = await _http_server(reply)
+    port = server.sockets[0].getsockname()[1]
+    limits = httpx.Limits(max_connections=4, max_keepalive_connections=4, keepalive_expiry=30)
+    async with server, httpx.AsyncClient(transport=LeanTransport(limits=limits)) as client:
+        for _ in range(3):
+            assert (await client.get(f"http://127.0.0.1:{port}/x")).json() == {}
+    assert per_connection == [1, 1, 1]
+
+
+async def test_pool_limit_queues_requests_and_times_out() -> None:
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(0.5)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(slow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    transport = LeanTransport(limits=limits)
+    async with (
+        server,
+        httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(5, pool=0.1)) as client,
+    ):
+        first = asyncio.create_task(client.get(f"http://127.0.0.1:{port}/a"))
+        await asyncio.sleep(0.05)
+        with pytest.raises(httpx.PoolTimeout):
+            await client.get(f"http://127.0.0.1:{port}/b")
+        assert (await first).json() == {}
+    async with httpx.AsyncClient(transport=LeanTransport(limits=limits)) as client:
+        server = await asyncio.start_server(slow, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            both = await asyncio.gather(
+                *(client.get(f"http://127.0.0.1:{port}/{i}") for i in range(2))
+            )
+        assert [r.json() for r in both] == [{}, {}]

@@ -1,159 +1,409 @@
-"""An httpx transport whose connections run on plain asyncio streams.
+"""A lean HTTP/1.1 transport for httpx: an asyncio protocol, llhttp (via httptools) to parse.
 
-Why: profiling the proxy under load showed most of its CPU in httpcore's default (AnyIO) network
-backend, not in proxying: every request makes the pool ask every pooled connection whether it
-"is readable" (a ``poll()`` syscall behind several layers of AnyIO attribute lookups), and every
-read and write is wrapped in an AnyIO cancel scope. This backend answers ``is_readable`` from the
-stream's own EOF state and uses ``asyncio.timeout``; the HTTP logic, pooling and the httpx API
-stay httpcore's and httpx's own.
+Why: profiling memproxy under load put ~40 % of its CPU in httpx's default transport stack
+(httpcore's pool, h11, and AnyIO/sniffio lookups behind every lock, event and cancel scope),
+more than in proxying itself. The httpx API is unchanged (``httpx.AsyncClient``, requests,
+responses, timeouts, exceptions); only the wire work is done here, for HTTP/1.1 with keep-alive.
 
-Failures are raised as httpcore's exceptions (``ConnectError``, ``ReadTimeout``...), which httpx
-maps to its own, exactly as with the default backend.
+Promises:
+
+- timeouts follow the request's httpx ``timeout`` extension: ``connect``, ``read`` (longest wait
+  between two reads), ``write``, ``pool`` (waiting for a free connection);
+- failures raise httpx's own exceptions (``ConnectError``, ``ReadTimeout``, ``RemoteProtocolError``
+  ...), each carrying the request;
+- a connection returns to the pool only after a complete response that allows keep-alive; a body
+  closed early (the client left) closes its connection, which tells the upstream to stop;
+- an idle connection the server closed is noticed from its ``connection_lost``, never reused; a
+  request whose reused connection dies before any byte of answer is retried once on a new one
+  (the keep-alive race: the server never saw it).
+
+Not supported (not needed to reach an OpenAI-compatible server): HTTP/2, proxies, ``HEAD``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
-from collections.abc import Iterable
-from typing import Any
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any, cast
 
-import httpcore
+import httptools
 import httpx
 
-_READ_ERRORS = (OSError, asyncio.IncompleteReadError)
+_HIGH_WATER = 1024 * 1024
+"""Unread body bytes at which the socket stops being read (resumed below a quarter of it)."""
+_NO_TIMEOUTS: dict[str, float | None] = {"connect": None, "read": None, "write": None, "pool": None}
 
 
-class AsyncioStream(httpcore.AsyncNetworkStream):
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
+class _Dead(Exception):
+    """The connection died before the response's first byte (safe to retry on a reused one)."""
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+
+class _Connection(asyncio.Protocol):
+    """One upstream connection; one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.holds_slot = True  # every open connection, idle or busy, counts against the limit
+        self.idle_since = 0.0
+        self._waiter: asyncio.Future[None] | None = None
+        self._drain: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        self.begin()
+
+    def begin(self) -> None:
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.headers_done = False
+        self.complete = False
+        self.framed = False  # content-length or chunked: the body does not end at EOF
+        self.informational = False
+        self.keep_alive = False
+        self.body: deque[bytes] = deque()
+        self.buffered = 0
+        self.error: BaseException | None = None
+        self.got_bytes = False
+
+    # --- asyncio.Protocol -----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.got_bytes = True
         try:
-            async with asyncio.timeout(timeout):
-                return await self._reader.read(max_bytes)
-        except TimeoutError:
-            raise httpcore.ReadTimeout("timed out reading from the upstream") from None
-        except _READ_ERRORS as exc:
-            raise httpcore.ReadError(str(exc) or type(exc).__name__) from exc
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.error = httpx.RemoteProtocolError(f"malformed response from the upstream: {exc}")
+            self.close()
+        self._wake()
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if not buffer:
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.headers_done and not self.complete and not self.framed and self.error is None:
+            self.complete = True  # a body delimited by the end of the connection
+        elif not self.complete and self.error is None:
+            self.error = _Dead(str(exc) if exc else "the upstream closed the connection")
+        self._wake()
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._drain = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        self._drain = None
+
+    # --- httptools callbacks --------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self.headers = []
+        self.framed = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # e.g. 103 Early Hints: wait for the real response
+            self.informational = True
             return
+        self.status = status
+        self.headers_done = True
+        # Read now: llhttp resets its per-message flags once the message is complete.
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+        self.buffered += len(body)
+        if self.buffered > _HIGH_WATER and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def on_message_complete(self) -> None:
+        if self.informational:
+            self.informational = False
+            return
+        self.complete = True
+
+    # --- used by the transport ------------------------------------------------------------------
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _wait(self, timeout: float | None) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
         try:
-            self._writer.write(buffer)
             async with asyncio.timeout(timeout):
-                await self._writer.drain()
-        except TimeoutError:
-            raise httpcore.WriteTimeout("timed out writing to the upstream") from None
-        except OSError as exc:
-            raise httpcore.WriteError(str(exc) or type(exc).__name__) from exc
+                await self._waiter
+        finally:
+            self._waiter = None
+
+    async def send(self, data: bytes, timeout: float | None) -> None:
+        if self.closed or self.transport is None:
+            raise _Dead("the connection is closed")
+        self.transport.write(data)
+        if self._drain is not None:
+            async with asyncio.timeout(timeout):
+                await self._drain
+            if self.closed:
+                raise _Dead("the connection closed while sending")
+
+    async def read_head(self, timeout: float | None) -> None:
+        while not self.headers_done:
+            if self.error is not None:
+                raise self.error
+            await self._wait(timeout)
+
+    async def next_chunk(self, timeout: float | None) -> bytes | None:
+        while not self.body:
+            if self.complete:
+                return None
+            if self.error is not None:
+                raise self.error
+            await self._wait(timeout)
+        chunk = self.body.popleft()
+        self.buffered -= len(chunk)
+        if self._reading_paused and self.buffered < _HIGH_WATER // 4 and self.transport is not None:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return chunk
+
+    @property
+    def reusable(self) -> bool:
+        return self.complete and self.error is None and not self.closed and self.keep_alive
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        self.closed = True
+
+
+class _Body(httpx.AsyncByteStream):
+    def __init__(
+        self,
+        pool: LeanTransport,
+        key: tuple[str, str, int],
+        conn: _Connection,
+        request: httpx.Request,
+        read_timeout: float | None,
+    ) -> None:
+        self._pool, self._key, self._conn = pool, key, conn
+        self._request, self._timeout = request, read_timeout
+        self._released = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            try:
+                chunk = await self._conn.next_chunk(self._timeout)
+            except TimeoutError:
+                raise httpx.ReadTimeout(
+                    "timed out reading from the upstream", request=self._request
+                ) from None
+            except (_Dead, OSError) as exc:
+                raise httpx.RemoteProtocolError(
+                    f"the upstream closed mid-response ({exc})", request=self._request
+                ) from None
+            except httpx.TransportError as exc:
+                exc.request = self._request
+                raise
+            if chunk is None:
+                return
+            yield chunk
 
     async def aclose(self) -> None:
-        # Closing never waits on the peer: a proxy closing an upstream request because its
-        # client left must not hang on a slow or dead upstream.
-        self._writer.close()
-
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        try:
-            async with asyncio.timeout(timeout):
-                await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
-        except TimeoutError:
-            raise httpcore.ConnectTimeout("timed out in the TLS handshake") from None
-        except (OSError, ssl.SSLError) as exc:
-            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
-        return self
-
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            # Asked of idle keep-alive connections: the only thing an idle connection can have
-            # to read is the server's close (EOF) or stray bytes; both retire the connection.
-            return self._reader.at_eof() or self._writer.is_closing() or _has_buffered(self._reader)
-        if info == "ssl_object":
-            return self._writer.get_extra_info("ssl_object")
-        if info == "client_addr":
-            return self._writer.get_extra_info("sockname")
-        if info == "server_addr":
-            return self._writer.get_extra_info("peername")
-        if info == "socket":
-            return self._writer.get_extra_info("socket")
-        return None
+        if not self._released:
+            self._released = True
+            self._pool._release(self._key, self._conn)
 
 
-def _has_buffered(reader: asyncio.StreamReader) -> bool:
-    buffer = getattr(reader, "_buffer", None)
-    return bool(buffer)
-
-
-class AsyncioBackend(httpcore.AsyncNetworkBackend):
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        local = (local_address, 0) if local_address else None
-        try:
-            async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(
-                    host, port, local_addr=local, limit=2**20
-                )
-        except TimeoutError:
-            raise httpcore.ConnectTimeout(f"timed out connecting to {host}:{port}") from None
-        except OSError as exc:
-            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for option in socket_options or ():
-                sock.setsockopt(*option)
-        return AsyncioStream(reader, writer)
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> httpcore.AsyncNetworkStream:
-        try:
-            async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_unix_connection(path, limit=2**20)
-        except TimeoutError:
-            raise httpcore.ConnectTimeout(f"timed out connecting to {path}") from None
-        except OSError as exc:
-            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
-        return AsyncioStream(reader, writer)
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-class AsyncioTransport(httpx.AsyncHTTPTransport):
-    """``httpx.AsyncHTTPTransport`` with its pool on :class:`AsyncioBackend` (HTTP/1.1, no proxy).
-
-    Relies on httpx 0.28 keeping its pool in ``_pool`` (pinned in pyproject.toml); the test
-    suite runs every upstream call through this transport, so a change there fails loudly.
-    """
+class LeanTransport(httpx.AsyncBaseTransport):
+    """HTTP/1.1 keep-alive pool; see the module docstring for what it promises."""
 
     def __init__(self, *, limits: httpx.Limits, verify: bool | ssl.SSLContext = True) -> None:
-        super().__init__(limits=limits, verify=verify)
-        ssl_context = (
-            httpx.create_ssl_context(verify=verify)
-            if not isinstance(verify, ssl.SSLContext)
-            else verify
+        self._max_connections = limits.max_connections or 10**6
+        self._max_idle = limits.max_keepalive_connections or 0
+        self._expiry = limits.keepalive_expiry if limits.keepalive_expiry is not None else 5.0
+        self._ssl = (
+            verify
+            if isinstance(verify, ssl.SSLContext)
+            else httpx.create_ssl_context(verify=verify)
         )
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=False,
-            network_backend=AsyncioBackend(),
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._open = 0
+        self._waiters: deque[tuple[tuple[str, str, int], asyncio.Future[_Connection | None]]] = (
+            deque()
         )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        timeouts: dict[str, Any] = request.extensions.get("timeout") or _NO_TIMEOUTS
+        url = request.url
+        key = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+        data = _serialise(request, await request.aread())
+        for attempt in (1, 2):
+            conn, reused = await self._acquire(key, request, timeouts)
+            phase = "write"
+            try:
+                conn.begin()
+                await conn.send(data, timeouts.get("write"))
+                phase = "read"
+                await conn.read_head(timeouts.get("read"))
+                break
+            except _Dead as exc:
+                self._discard(conn)
+                if reused and attempt == 1 and not conn.got_bytes:
+                    continue  # the keep-alive race: the server closed it before reading our request
+                raise httpx.RemoteProtocolError(
+                    f"the upstream closed the connection ({exc})", request=request
+                ) from None
+            except TimeoutError:
+                self._discard(conn)
+                error = httpx.ReadTimeout if phase == "read" else httpx.WriteTimeout
+                raise error(f"timed out waiting to {phase} the upstream", request=request) from None
+            except httpx.TransportError as exc:
+                self._discard(conn)
+                exc.request = request
+                raise
+            except (
+                BaseException
+            ):  # cancelled (the client left): the connection is in an unknown state
+                self._discard(conn)
+                raise
+        return httpx.Response(
+            conn.status,
+            headers=conn.headers,
+            stream=_Body(self, key, conn, request, timeouts.get("read")),
+            extensions={"http_version": b"HTTP/1.1"},
+        )
+
+    async def _acquire(
+        self, key: tuple[str, str, int], request: httpx.Request, timeouts: dict[str, Any]
+    ) -> tuple[_Connection, bool]:
+        """An idle connection to `key`, a new one, or, at the limit, the next one released."""
+        idle = self._idle.get(key)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()  # the most recently used: the least likely to have been closed
+            if not conn.closed and now - conn.idle_since < self._expiry:
+                return conn, True
+            self._discard(conn)
+        if self._open >= self._max_connections:
+            self._evict_one_idle()  # an idle connection to another origin may free a slot
+        if self._open < self._max_connections and not self._waiters:
+            self._open += 1
+        else:
+            handed = await self._wait_turn(key, request, timeouts.get("pool"))
+            if handed is not None:
+                return handed, True
+        try:
+            return await self._connect(key, request, timeouts.get("connect")), False
+        except BaseException:
+            self._give_slot()
+            raise
+
+    async def _connect(
+        self, key: tuple[str, str, int], request: httpx.Request, timeout: float | None
+    ) -> _Connection:
+        scheme, host, port = key
+        tls = self._ssl if scheme == "https" else None
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                _, conn = await loop.create_connection(
+                    _Connection, host, port, ssl=tls, server_hostname=host if tls else None
+                )
+        except TimeoutError:
+            raise httpx.ConnectTimeout(
+                f"timed out connecting to {host}:{port}", request=request
+            ) from None
+        except (OSError, ssl.SSLError) as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from None
+        return conn
+
+    async def _wait_turn(
+        self, key: tuple[str, str, int], request: httpx.Request, timeout: float | None
+    ) -> _Connection | None:
+        """Wait for a released connection to `key` (returned) or a freed slot (None)."""
+        waiter: asyncio.Future[_Connection | None] = asyncio.get_running_loop().create_future()
+        entry = (key, waiter)
+        self._waiters.append(entry)
+        try:
+            async with asyncio.timeout(timeout):
+                return await waiter
+        except TimeoutError:
+            raise httpx.PoolTimeout(
+                "no free upstream connection in time", request=request
+            ) from None
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():  # handed something we will not use
+                handed = waiter.result()
+                if handed is None:
+                    self._give_slot()
+                else:
+                    self._release(key, handed)
+            raise
+        finally:
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+
+    def _give_slot(self) -> None:
+        """A connection is gone: its slot goes to the first waiter, or back to the pool."""
+        while self._waiters:
+            _, waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._open -= 1
+
+    def _evict_one_idle(self) -> None:
+        for idle in self._idle.values():
+            if idle:
+                self._discard(idle.pop(0))
+                return
+
+    def _release(self, key: tuple[str, str, int], conn: _Connection) -> None:
+        """Done with `conn`: hand it to a waiter for its origin, keep it idle, or close it."""
+        if conn.reusable:
+            for entry in self._waiters:
+                if entry[0] == key and not entry[1].done():
+                    self._waiters.remove(entry)
+                    entry[1].set_result(conn)
+                    return
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < self._max_idle:
+                conn.idle_since = time.monotonic()
+                idle.append(conn)
+                return
+        self._discard(conn)
+
+    def _discard(self, conn: _Connection) -> None:
+        conn.close()
+        if conn.holds_slot:
+            conn.holds_slot = False
+            self._give_slot()
+
+    async def aclose(self) -> None:
+        for idle in self._idle.values():
+            for conn in idle:
+                self._discard(conn)
+        self._idle.clear()
+
+
+def _serialise(request: httpx.Request, body: bytes) -> bytes:
+    """The request head and body as bytes; the body is always sent with a Content-Length."""
+    lines = [request.method.encode("ascii"), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
+    for name, value in request.headers.raw:
+        if name.lower() not in (b"content-length", b"transfer-encoding"):
+            lines += [name, b": ", value, b"\r\n"]
+    if body or request.method in ("POST", "PUT", "PATCH"):
+        lines += [b"content-length: ", str(len(body)).encode("ascii"), b"\r\n"]
+    lines.append(b"\r\n")
+    lines.append(body)
+    return b"".join(lines)

@@ -24,7 +24,7 @@ import httpx
 
 from app.config import Settings
 from app.errors import UpstreamStatusError, UpstreamTimeout, UpstreamUnreachable
-from app.proxy.transport import AsyncioTransport
+from app.proxy.transport import LeanTransport
 
 HOP_BY_HOP = frozenset(
     {
@@ -70,7 +70,7 @@ def build_client(
         keepalive_expiry=4,
     )
     return httpx.AsyncClient(
-        transport=transport or AsyncioTransport(limits=limits),
+        transport=transport or LeanTransport(limits=limits),
         timeout=httpx.Timeout(connect=connect, read=read, write=read, pool=connect),
         limits=limits,
         follow_redirects=False,
