@@ -24,7 +24,7 @@ from app.proxy.hooks import BackgroundRunner, MemoryHooks, NoMemory
 from app.proxy.identity import Authenticator
 from app.proxy.models_cache import ModelsCache
 from app.proxy.service import ChatProxy
-from app.proxy.upstream import Upstream, build_client
+from app.proxy.upstream import Upstream, build_client, build_transport
 
 logger = logging.getLogger("memproxy")
 
@@ -45,8 +45,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = build_client(settings, upstream_transport)
-        upstream = Upstream(client, settings, proxy_keys_enabled=authenticator.enabled)
+        transport = upstream_transport or build_transport(settings)
+        client = build_client(settings, transport)
+        upstream = Upstream(client, transport, settings, proxy_keys_enabled=authenticator.enabled)
         runner = BackgroundRunner()
         app.state.services = Services(
             settings=settings,

@@ -14,6 +14,7 @@ import uvicorn
 from app.config import Settings
 from app.devtools.fake_upstream import FakeUpstream
 from app.main import create_app
+from app.proxy.hooks import MemoryHooks
 
 
 @contextmanager
@@ -46,10 +47,10 @@ class Stack:
 
 
 @contextmanager
-def serve_stack(**settings: Any) -> Iterator[Stack]:
+def serve_stack(hooks: MemoryHooks | None = None, **settings: Any) -> Iterator[Stack]:
     """The fake upstream and a memproxy forwarding to it, each on its own loopback server."""
     fake = FakeUpstream()
     with serve(fake) as upstream:
-        app = create_app(Settings(upstream_base_url=f"{upstream}/v1", **settings))
+        app = create_app(Settings(upstream_base_url=f"{upstream}/v1", **settings), hooks=hooks)
         with serve(app) as proxy:
             yield Stack(fake, f"{upstream}/v1", proxy)

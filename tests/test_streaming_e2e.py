@@ -11,6 +11,8 @@ import orjson
 import pytest
 
 from app.devtools.fake_upstream import FakeUpstream
+from app.proxy.hooks import Outcome
+from tests.helpers import RecordingHooks
 from tests.servers import Stack, serve_stack
 
 STREAM_BODY = {
@@ -132,3 +134,25 @@ def test_events_split_across_reads_arrive_whole(
         chunks = list(proxied.iter_raw())
     assert all(chunk.endswith(b"\n\n") for chunk in chunks)
     assert len(_events(b"".join(chunks))) == len(_events(b"".join(direct_chunks)))
+
+
+def test_client_leaving_mid_stream_is_reported_to_the_completion_hook() -> None:
+    hooks = RecordingHooks()
+    with serve_stack(hooks=hooks) as stack:
+        _disconnect_after_first_bytes(
+            stack.proxy_url, {"x-fake-delay-ms": "200", "x-fake-chunks": "20"}, True
+        )
+        deadline = time.monotonic() + 5
+        while not hooks.completed and time.monotonic() < deadline:
+            time.sleep(0.02)
+        httpx.post(f"{stack.proxy_url}/v1/chat/completions", json={**STREAM_BODY, "stream": False})
+        while len(hooks.completed) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    (_, left), (_, finished) = hooks.completed
+    assert left.outcome is Outcome.CLIENT_DISCONNECTED
+    # Only what was relayed before the client left (here at most the first events).
+    assert "echo: tell me a story".startswith(left.assistant_text)
+    assert left.assistant_text != "echo: tell me a story"
+    assert (
+        finished.outcome is Outcome.COMPLETED and finished.assistant_text == "echo: tell me a story"
+    )

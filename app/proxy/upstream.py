@@ -56,12 +56,8 @@ _IDENTITY_PREFIX = "x-openwebui-user-"
 MAX_ERROR_BODY = 1024 * 1024
 
 
-def build_client(
-    settings: Settings, transport: httpx.AsyncBaseTransport | None = None
-) -> httpx.AsyncClient:
-    """The one client the app shares: pooled connections, no retries, no redirects."""
-    connect = settings.upstream_connect_timeout_seconds
-    read = settings.upstream_read_timeout_seconds
+def build_transport(settings: Settings) -> httpx.AsyncBaseTransport:
+    """The pooled HTTP/1.1 transport to the upstream (see `app.proxy.transport`)."""
     limits = httpx.Limits(
         max_connections=settings.upstream_max_connections,
         max_keepalive_connections=settings.upstream_max_connections,
@@ -69,10 +65,16 @@ def build_client(
         # the server is about to close would fail a request.
         keepalive_expiry=4,
     )
+    return LeanTransport(limits=limits)
+
+
+def build_client(settings: Settings, transport: httpx.AsyncBaseTransport) -> httpx.AsyncClient:
+    """The one client the app shares: owns `transport`, carries the timeouts; no redirects."""
+    connect = settings.upstream_connect_timeout_seconds
+    read = settings.upstream_read_timeout_seconds
     return httpx.AsyncClient(
-        transport=transport or LeanTransport(limits=limits),
+        transport=transport,
         timeout=httpx.Timeout(connect=connect, read=read, write=read, pool=connect),
-        limits=limits,
         follow_redirects=False,
         # Environment proxies (HTTP_PROXY...) would silently reroute a LAN Ollama.
         trust_env=False,
@@ -82,8 +84,19 @@ def build_client(
 class Upstream:
     """Opens requests to the upstream and maps transport failures to memproxy errors."""
 
-    def __init__(self, client: httpx.AsyncClient, settings: Settings, *, proxy_keys_enabled: bool):
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        transport: httpx.AsyncBaseTransport,
+        settings: Settings,
+        *,
+        proxy_keys_enabled: bool,
+    ):
         self.client = client
+        # Requests go straight to the client's transport: the client's auth, redirect and
+        # cookie layers do nothing here and cost ~14 % of the proxy's CPU. The client owns the
+        # transport (closing it closes the pool); each request carries the client's timeouts.
+        self._transport = transport
         self.base_url = settings.upstream_base_url
         self._api_key = (
             settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
@@ -140,7 +153,8 @@ class Upstream:
     async def open(self, request: httpx.Request) -> httpx.Response:
         """Send and return the response with its body unread; error statuses raise, body read."""
         try:
-            response = await self.client.send(request, stream=True)
+            response = await self._transport.handle_async_request(request)
+            response.request = request
         except httpx.TimeoutException as exc:
             raise self._timeout(exc) from None
         except httpx.TransportError as exc:
