@@ -157,3 +157,36 @@ async def test_pool_limit_queues_requests_and_times_out() -> None:
                 *(client.get(f"http://127.0.0.1:{port}/{i}") for i in range(2))
             )
         assert [r.json() for r in both] == [{}, {}]
+
+
+async def test_pool_accounting_survives_concurrency_and_cancellation() -> None:
+    """60 requests over 8 connections, some cancelled mid-flight: every survivor gets its answer
+    and afterwards each open slot is an idle connection (none leaked, none double-freed)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                await asyncio.sleep(0.01)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    transport = LeanTransport(limits=httpx.Limits(max_connections=8, max_keepalive_connections=8))
+    async with server, httpx.AsyncClient(transport=transport) as client:
+        tasks = [asyncio.create_task(client.get(f"http://127.0.0.1:{port}/{i}")) for i in range(60)]
+        await asyncio.sleep(0.015)
+        for task in tasks[::7]:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        done = [r for r in results if isinstance(r, httpx.Response)]
+        assert all(r.json() == {} for r in done)
+        assert len(done) + sum(isinstance(r, asyncio.CancelledError) for r in results) == 60
+        assert len(done) >= 60 - len(tasks[::7])
+        await asyncio.sleep(0.05)
+        idle = sum(len(conns) for conns in transport._idle.values())
+        assert transport._open == idle and 1 <= idle <= 8
+        assert not transport._waiters
