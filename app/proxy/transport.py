@@ -27,176 +27,13 @@ import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
-import httptools
 import httpx
 
-_HIGH_WATER = 1024 * 1024
-"""Unread body bytes at which the socket stops being read (resumed below a quarter of it)."""
+from app.proxy._http11 import Connection, Dead, serialise
+
 _NO_TIMEOUTS: dict[str, float | None] = {"connect": None, "read": None, "write": None, "pool": None}
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
-
-
-class _Dead(Exception):
-    """The connection died before the response's first byte (safe to retry on a reused one)."""
-
-
-class _Connection(asyncio.Protocol):
-    """One upstream connection; one request at a time."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.closed = False
-        self.holds_slot = True  # every open connection, idle or busy, counts against the limit
-        self.idle_since = 0.0
-        self._waiter: asyncio.Future[None] | None = None
-        self._drain: asyncio.Future[None] | None = None
-        self._reading_paused = False
-        self.begin()
-
-    def begin(self) -> None:
-        self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.headers_done = False
-        self.complete = False
-        self.framed = False  # content-length or chunked: the body does not end at EOF
-        self.informational = False
-        self.keep_alive = False
-        self.body: deque[bytes] = deque()
-        self.buffered = 0
-        self.error: BaseException | None = None
-        self.got_bytes = False
-
-    # --- asyncio.Protocol -----------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.got_bytes = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self.error = httpx.RemoteProtocolError(f"malformed response from the upstream: {exc}")
-            self.close()
-        self._wake()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.headers_done and not self.complete and not self.framed and self.error is None:
-            self.complete = True  # a body delimited by the end of the connection
-        elif not self.complete and self.error is None:
-            self.error = _Dead(str(exc) if exc else "the upstream closed the connection")
-        self._wake()
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
-
-    def pause_writing(self) -> None:
-        self._drain = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
-        self._drain = None
-
-    # --- httptools callbacks --------------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        self.headers = []
-        self.framed = False
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
-        if name.lower() in (b"content-length", b"transfer-encoding"):
-            self.framed = True
-
-    def on_headers_complete(self) -> None:
-        status = self.parser.get_status_code()
-        if 100 <= status < 200:  # e.g. 103 Early Hints: wait for the real response
-            self.informational = True
-            return
-        self.status = status
-        self.headers_done = True
-        # Read now: llhttp resets its per-message flags once the message is complete.
-        self.keep_alive = self.parser.should_keep_alive()
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-        self.buffered += len(body)
-        if self.buffered > _HIGH_WATER and not self._reading_paused and self.transport is not None:
-            self._reading_paused = True
-            self.transport.pause_reading()
-
-    def on_message_complete(self) -> None:
-        if self.informational:
-            self.informational = False
-            return
-        self.complete = True
-
-    # --- used by the transport ------------------------------------------------------------------
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def _wait(self, timeout: float | None) -> None:
-        """Until the protocol has news; TimeoutError after `timeout` seconds of silence.
-
-        A timer on the future rather than ``asyncio.timeout()``: this runs once per body chunk,
-        and the context manager's task-cancellation machinery cost ~10 % of the proxy's CPU.
-        """
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout, _expire, waiter) if timeout is not None else None
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-            if timer is not None:
-                timer.cancel()
-
-    async def send(self, data: bytes, timeout: float | None) -> None:
-        if self.closed or self.transport is None:
-            raise _Dead("the connection is closed")
-        self.transport.write(data)
-        if self._drain is not None:
-            async with asyncio.timeout(timeout):
-                await self._drain
-            if self.closed:
-                raise _Dead("the connection closed while sending")
-
-    async def read_head(self, timeout: float | None) -> None:
-        while not self.headers_done:
-            if self.error is not None:
-                raise self.error
-            await self._wait(timeout)
-
-    async def next_chunk(self, timeout: float | None) -> bytes | None:
-        while not self.body:
-            if self.complete:
-                return None
-            if self.error is not None:
-                raise self.error
-            await self._wait(timeout)
-        chunk = self.body.popleft()
-        self.buffered -= len(chunk)
-        if self._reading_paused and self.buffered < _HIGH_WATER // 4 and self.transport is not None:
-            self._reading_paused = False
-            self.transport.resume_reading()
-        return chunk
-
-    @property
-    def reusable(self) -> bool:
-        return self.complete and self.error is None and not self.closed and self.keep_alive
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-        self.closed = True
 
 
 class _Body(httpx.AsyncByteStream):
@@ -204,7 +41,7 @@ class _Body(httpx.AsyncByteStream):
         self,
         pool: LeanTransport,
         key: tuple[str, str, int],
-        conn: _Connection,
+        conn: Connection,
         request: httpx.Request,
         read_timeout: float | None,
     ) -> None:
@@ -220,7 +57,7 @@ class _Body(httpx.AsyncByteStream):
                 raise httpx.ReadTimeout(
                     "timed out reading from the upstream", request=self._request
                 ) from None
-            except (_Dead, OSError) as exc:
+            except (Dead, OSError) as exc:
                 raise httpx.RemoteProtocolError(
                     f"the upstream closed mid-response ({exc})", request=self._request
                 ) from None
@@ -249,9 +86,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
             if isinstance(verify, ssl.SSLContext)
             else httpx.create_ssl_context(verify=verify)
         )
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._idle: dict[tuple[str, str, int], list[Connection]] = {}
         self._open = 0
-        self._waiters: deque[tuple[tuple[str, str, int], asyncio.Future[_Connection | None]]] = (
+        self._waiters: deque[tuple[tuple[str, str, int], asyncio.Future[Connection | None]]] = (
             deque()
         )
 
@@ -259,7 +96,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         timeouts: dict[str, Any] = request.extensions.get("timeout") or _NO_TIMEOUTS
         url = request.url
         key = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
-        data = _serialise(request, await request.aread())
+        data = serialise(request, await request.aread())
         for attempt in (1, 2):
             conn, reused = await self._acquire(key, request, timeouts)
             phase = "write"
@@ -269,7 +106,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 phase = "read"
                 await conn.read_head(timeouts.get("read"))
                 break
-            except _Dead as exc:
+            except Dead as exc:
                 self._discard(conn)
                 if reused and attempt == 1 and not conn.got_bytes:
                     continue  # the keep-alive race: the server closed it before reading our request
@@ -298,7 +135,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
 
     async def _acquire(
         self, key: tuple[str, str, int], request: httpx.Request, timeouts: dict[str, Any]
-    ) -> tuple[_Connection, bool]:
+    ) -> tuple[Connection, bool]:
         """An idle connection to `key`, a new one, or, at the limit, the next one released."""
         idle = self._idle.get(key)
         now = time.monotonic()
@@ -323,14 +160,14 @@ class LeanTransport(httpx.AsyncBaseTransport):
 
     async def _connect(
         self, key: tuple[str, str, int], request: httpx.Request, timeout: float | None
-    ) -> _Connection:
+    ) -> Connection:
         scheme, host, port = key
         tls = self._ssl if scheme == "https" else None
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
                 _, conn = await loop.create_connection(
-                    _Connection, host, port, ssl=tls, server_hostname=host if tls else None
+                    Connection, host, port, ssl=tls, server_hostname=host if tls else None
                 )
         except TimeoutError:
             raise httpx.ConnectTimeout(
@@ -342,9 +179,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
 
     async def _wait_turn(
         self, key: tuple[str, str, int], request: httpx.Request, timeout: float | None
-    ) -> _Connection | None:
+    ) -> Connection | None:
         """Wait for a released connection to `key` (returned) or a freed slot (None)."""
-        waiter: asyncio.Future[_Connection | None] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[Connection | None] = asyncio.get_running_loop().create_future()
         entry = (key, waiter)
         self._waiters.append(entry)
         try:
@@ -381,7 +218,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 self._discard(idle.pop(0))
                 return
 
-    def _release(self, key: tuple[str, str, int], conn: _Connection) -> None:
+    def _release(self, key: tuple[str, str, int], conn: Connection) -> None:
         """Done with `conn`: hand it to a waiter for its origin, keep it idle, or close it."""
         if conn.reusable:
             for entry in self._waiters:
@@ -396,7 +233,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 return
         self._discard(conn)
 
-    def _discard(self, conn: _Connection) -> None:
+    def _discard(self, conn: Connection) -> None:
         conn.close()
         if conn.holds_slot:
             conn.holds_slot = False
@@ -407,16 +244,3 @@ class LeanTransport(httpx.AsyncBaseTransport):
             for conn in idle:
                 self._discard(conn)
         self._idle.clear()
-
-
-def _serialise(request: httpx.Request, body: bytes) -> bytes:
-    """The request head and body as bytes; the body is always sent with a Content-Length."""
-    lines = [request.method.encode("ascii"), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
-    for name, value in request.headers.raw:
-        if name.lower() not in (b"content-length", b"transfer-encoding"):
-            lines += [name, b": ", value, b"\r\n"]
-    if body or request.method in ("POST", "PUT", "PATCH"):
-        lines += [b"content-length: ", str(len(body)).encode("ascii"), b"\r\n"]
-    lines.append(b"\r\n")
-    lines.append(body)
-    return b"".join(lines)
