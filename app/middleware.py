@@ -8,9 +8,9 @@ logs one line per request: method, path, status, duration, user and kind (no con
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -28,7 +28,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _client_id(scope) or uuid.uuid4().hex
+        request_id = _client_id(scope) or os.urandom(16).hex()  # 128 random bits, as uuid4
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         token = request_id_var.set(request_id)

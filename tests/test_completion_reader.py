@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from app.proxy.completion import read_completion
-from app.proxy.hooks import Outcome
+from app.proxy.hooks import Completion, Outcome
 from app.proxy.relay import _split_at_event_end
 from tests.helpers import completion_json, sse
 
@@ -27,7 +26,7 @@ def test_stream_text_tool_calls_and_usage() -> None:
     )
     # Split anywhere: the reader joins the captured chunks first.
     captured = [raw[:17], raw[17:80], raw[80:]]
-    result = read_completion(Outcome.COMPLETED, 200, captured, sse=True)
+    result = Completion(Outcome.COMPLETED, 200, captured, sse=True)
     assert result.assistant_text == "Hi you"
     assert result.tool_calls == [
         {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"a": 1}'}}
@@ -37,10 +36,10 @@ def test_stream_text_tool_calls_and_usage() -> None:
 
 def test_json_body_and_errors() -> None:
     body = orjson.dumps(completion_json("done"))
-    result = read_completion(Outcome.COMPLETED, 200, [body], sse=False)
+    result = Completion(Outcome.COMPLETED, 200, [body], sse=False)
     assert (result.assistant_text, result.finish_reason) == ("done", "stop")
-    assert read_completion(Outcome.UPSTREAM_FAILED, 500, [b"{}"], sse=False).assistant_text == ""
-    assert read_completion(Outcome.COMPLETED, 200, [b"<html>"], sse=False).assistant_text == ""
+    assert Completion(Outcome.UPSTREAM_FAILED, 500, [b"{}"], sse=False).assistant_text == ""
+    assert Completion(Outcome.COMPLETED, 200, [b"<html>"], sse=False).assistant_text == ""
 
 
 def test_event_splitter() -> None:

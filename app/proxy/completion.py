@@ -3,32 +3,41 @@
 Handles an OpenAI chat completion JSON body and an SSE stream of ``chat.completion.chunk`` events
 (text deltas joined, tool-call deltas merged by index). Only choice 0 is read: that is the one a
 chat client shows. Malformed pieces are skipped: this runs after the fact and must not fail.
+Used lazily by :class:`app.proxy.hooks.Completion`: nothing is parsed unless a hook asks.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from app.proxy.hooks import Completion, Outcome
+
+@dataclass(slots=True)
+class Reply:
+    """The assistant's side of the exchange (choice 0)."""
+
+    assistant_text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
 
 
-def read_completion(
-    outcome: Outcome, status: int, captured: list[bytes], *, sse: bool
-) -> Completion:
+def read_reply(captured: list[bytes], *, status: int, sse: bool) -> Reply:
+    """Parse the captured bytes of a response; an error status or garbage gives an empty reply."""
     raw = b"".join(captured)
-    completion = Completion(outcome=outcome, status_code=status)
+    reply = Reply()
     if status >= 400 or not raw:
-        return completion
+        return reply
     if sse or raw.lstrip().startswith(b"data:"):
-        _read_stream(raw, completion)
+        _read_stream(raw, reply)
     else:
-        _read_body(raw, completion)
-    return completion
+        _read_body(raw, reply)
+    return reply
 
 
-def _read_body(raw: bytes, completion: Completion) -> None:
+def _read_body(raw: bytes, completion: Reply) -> None:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -47,7 +56,7 @@ def _read_body(raw: bytes, completion: Completion) -> None:
     completion.usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
 
 
-def _read_stream(raw: bytes, completion: Completion) -> None:
+def _read_stream(raw: bytes, completion: Reply) -> None:
     texts: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     for line in raw.splitlines():

@@ -21,6 +21,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, Protocol
 
+from app.proxy.completion import Reply, read_reply
 from app.proxy.history import ConvertedHistory, convert
 from app.proxy.requests import MemoryMode, RequestKind
 from app.schemas.openai import ChatCompletionRequest
@@ -78,16 +79,41 @@ class Outcome(StrEnum):
     """The client went away before the end (e.g. Open WebUI's stop button)."""
 
 
-@dataclass(slots=True)
 class Completion:
-    """What the upstream answered, read from a copy of the relayed bytes after the fact."""
+    """How the exchange ended, and what the upstream answered.
 
-    outcome: Outcome
-    status_code: int
-    assistant_text: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
+    The answer is read from a copy of the relayed bytes on first access (`reply` and the
+    properties below), never before: hooks that do not look at it cost nothing.
+    """
+
+    def __init__(self, outcome: Outcome, status_code: int, captured: list[bytes], *, sse: bool):
+        self.outcome = outcome
+        self.status_code = status_code
+        self._captured = captured
+        self._sse = sse
+
+    @cached_property
+    def reply(self) -> Reply:
+        return read_reply(self._captured, status=self.status_code, sse=self._sse)
+
+    @property
+    def assistant_text(self) -> str:
+        return self.reply.assistant_text
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return self.reply.tool_calls
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.reply.finish_reason
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return self.reply.usage
+
+    def __repr__(self) -> str:
+        return f"Completion(outcome={self.outcome.value}, status_code={self.status_code})"
 
 
 @dataclass(slots=True)

@@ -16,8 +16,14 @@ from starlette.responses import Response
 
 from app.config import ApiKey, Settings
 from app.proxy.body import parse_json_object, read_body, validate_chat_request
-from app.proxy.completion import read_completion
-from app.proxy.hooks import BackgroundRunner, MemoryHooks, Outcome, Preparation, RequestContext
+from app.proxy.hooks import (
+    BackgroundRunner,
+    Completion,
+    MemoryHooks,
+    Outcome,
+    Preparation,
+    RequestContext,
+)
 from app.proxy.identity import resolve_user
 from app.proxy.relay import ProxyResponse
 from app.proxy.requests import classify, parse_memory_mode
@@ -111,5 +117,5 @@ class ChatProxy:
     async def _after_response(
         self, ctx: RequestContext, outcome: Outcome, status: int, captured: list[bytes]
     ) -> None:
-        completion = read_completion(outcome, status, captured, sse=ctx.stream)
+        completion = Completion(outcome, status, captured, sse=ctx.stream)
         await self.hooks.after_response(ctx, completion)
