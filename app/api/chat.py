@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.deps import CallerKey, RequestId, ServicesDep
+from app.deps import CallerDep
 from app.schemas.openai import ErrorResponse
 
 router = APIRouter(tags=["chat"])
@@ -18,8 +18,6 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 
 @router.post("/v1/chat/completions", responses=_ERRORS)
 @router.post("/chat/completions", include_in_schema=False)
-async def chat_completions(
-    request: Request, key: CallerKey, request_id: RequestId, services: ServicesDep
-) -> Response:
+async def chat_completions(request: Request, caller: CallerDep) -> Response:
     """Forward a chat completion upstream (streaming or not), with the user's memories."""
-    return await services.proxy.chat(request, key, request_id)
+    return await caller.services.proxy.chat(request, caller.key, caller.request_id)

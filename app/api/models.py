@@ -5,17 +5,16 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.deps import CallerKey, RequestId, ServicesDep
+from app.deps import CallerDep
 
 router = APIRouter(tags=["models"])
 
 
 @router.get("/v1/models")
 @router.get("/models", include_in_schema=False)
-async def list_models(
-    request: Request, key: CallerKey, request_id: RequestId, services: ServicesDep
-) -> Response:
-    headers = services.upstream.headers(request.headers.items(), request_id)
+async def list_models(request: Request, caller: CallerDep) -> Response:
+    services = caller.services
+    headers = services.upstream.headers(request.headers.items(), caller.request_id)
     entry, hit = await services.models.get(headers)
     return Response(
         entry.body,

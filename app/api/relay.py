@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.deps import CallerKey, RequestId, ServicesDep
+from app.deps import CallerDep
 
 router = APIRouter(tags=["relay"])
 
@@ -14,7 +14,5 @@ router = APIRouter(tags=["relay"])
 @router.api_route(
     "/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False
 )
-async def relay(
-    path: str, request: Request, key: CallerKey, request_id: RequestId, services: ServicesDep
-) -> Response:
-    return await services.proxy.relay(request, path, request_id)
+async def relay(path: str, request: Request, caller: CallerDep) -> Response:
+    return await caller.services.proxy.relay(request, path, caller.request_id)
