@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         settings = Settings()
         uvicorn.run(
-            "app.main:create_app",
+            "app.main:create_served_app",
             factory=True,
             host=args.host or settings.host,
             port=args.port or settings.port,

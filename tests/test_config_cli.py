@@ -54,7 +54,7 @@ def test_serve_command_runs_the_factory(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("MEMPROXY_PORT", "8111")
     assert cli.main(["serve", "--host", "0.0.0.0"]) == 0
     app, options = calls[0]
-    assert app == "app.main:create_app" and options["factory"] is True
+    assert app == "app.main:create_served_app" and options["factory"] is True
     assert (options["host"], options["port"]) == ("0.0.0.0", 8111)
     cli.main(["serve", "--port", "9999"])
     assert calls[1][1]["port"] == 9999 and calls[1][1]["host"] == "127.0.0.1"

@@ -9,6 +9,7 @@ import httpx
 import orjson
 import pytest
 
+from app.proxy._http11 import Connection
 from app.proxy.transport import LeanTransport
 from tests.servers import serve_stack
 
@@ -190,3 +191,17 @@ async def test_pool_accounting_survives_concurrency_and_cancellation() -> None:
         idle = sum(len(conns) for conns in transport._idle.values())
         assert transport._open == idle and 1 <= idle <= 8
         assert not transport._waiters
+
+
+async def test_buffered_chunks_are_handed_over_in_one_piece() -> None:
+    """Chunks that arrived while the relay was busy come out joined, in order, byte for byte."""
+    conn = Connection()
+    events = [b"data: %d\n\n" % i for i in range(3)]
+    wire = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    wire += b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events)
+    conn.data_received(wire)
+    await conn.read_head(1)
+    assert await conn.next_chunk(1) == b"".join(events)
+    conn.data_received(b"0\r\n\r\n")
+    assert await conn.next_chunk(1) is None
+    assert conn.complete and conn.status == 200
