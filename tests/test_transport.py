@@ -205,3 +205,33 @@ async def test_buffered_chunks_are_handed_over_in_one_piece() -> None:
     conn.data_received(b"0\r\n\r\n")
     assert await conn.next_chunk(1) is None
     assert conn.complete and conn.status == 200
+
+
+async def test_unsolicited_bytes_on_an_idle_connection_retire_it() -> None:
+    connections = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nphantom")  # nobody asked
+            await writer.drain()
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond")
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    limits = httpx.Limits(max_connections=2, max_keepalive_connections=2, keepalive_expiry=30)
+    async with server, httpx.AsyncClient(transport=LeanTransport(limits=limits)) as client:
+        assert (await client.get(f"http://127.0.0.1:{port}/1")).content == b"first"
+        await asyncio.sleep(0.15)
+        assert (await client.get(f"http://127.0.0.1:{port}/2")).content == b"first"
+    assert connections == 2  # the second request did not get the phantom response

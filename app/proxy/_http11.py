@@ -41,6 +41,7 @@ class Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.holds_slot = True  # every open connection, idle or busy, counts against the limit
+        self.in_use = False
         self.idle_since = 0.0
         self._waiter: asyncio.Future[None] | None = None
         self._drain: asyncio.Future[None] | None = None
@@ -48,6 +49,7 @@ class Connection(asyncio.Protocol):
         self.begin()
 
     def begin(self) -> None:
+        self.in_use = True
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.headers_done = False
@@ -66,6 +68,11 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
+        if not self.in_use or self.complete:
+            # Bytes after the response, or on an idle keep-alive connection, belong to no
+            # request: the parser would take them for the next response. Retire the connection.
+            self.close()
+            return
         self.got_bytes = True
         try:
             self.parser.feed_data(data)

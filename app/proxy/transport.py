@@ -229,6 +229,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             idle = self._idle.setdefault(key, [])
             if len(idle) < self._max_idle:
                 conn.idle_since = time.monotonic()
+                conn.in_use = False
                 idle.append(conn)
                 return
         self._discard(conn)
