@@ -1,6 +1,7 @@
 """The ``memproxy`` command.
 
 ``memproxy serve [--host H] [--port P]``   run the proxy (settings from the environment and .env)
+``memproxy db upgrade``                    bring the database schema to the newest migration
 ``memproxy fake-upstream [--port P]``      run a fake OpenAI-compatible model server, for trying
                                            memproxy (and its README examples) without a real LLM
 """
@@ -8,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Sequence
 
@@ -23,6 +25,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="run the proxy")
     serve.add_argument("--host", help="listen address (default MEMPROXY_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default MEMPROXY_PORT, 8000)")
+
+    db = commands.add_parser("db", help="database schema")
+    db.add_argument("action", choices=["upgrade"], help="upgrade: apply all pending migrations")
 
     fake = commands.add_parser("fake-upstream", help="run a fake OpenAI-compatible upstream")
     fake.add_argument("--host", default="127.0.0.1")
@@ -40,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             server_header=False,
             log_level=settings.log_level.lower(),
         )
+    elif args.command == "db":
+        url = Settings().database_url
+        asyncio.run(_upgrade(url))
+        print(f"database at the newest schema: {url}")
     elif args.command == "fake-upstream":
         from app.devtools.fake_upstream import FakeUpstream
 
@@ -47,6 +56,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             FakeUpstream(), host=args.host, port=args.port, access_log=False, log_level="warning"
         )
     return 0
+
+
+async def _upgrade(url: str) -> None:
+    from app.memory.db import create_engine, upgrade
+
+    engine = create_engine(url)
+    try:
+        await upgrade(engine)
+    finally:
+        await engine.dispose()
 
 
 if __name__ == "__main__":

@@ -58,6 +58,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     """Largest request body accepted (413 beyond it); large enough for several base64 images."""
 
+    # --- storage ------------------------------------------------------------------------------
+    database_url: str = "sqlite+aiosqlite:///./data/memproxy.db"
+    """SQLAlchemy async URL of the memory database (PostgreSQL: postgresql+asyncpg://...)."""
+    sqlite_busy_timeout_seconds: float = Field(default=5.0, ge=0)
+    """How long a SQLite write waits for another process's write before failing."""
+
     # --- security and identity ----------------------------------------------------------------
     api_keys: CommaList = Field(default_factory=list)
     """Accepted client keys, comma-separated, each `key` or `key:user_id`. Empty: open server."""

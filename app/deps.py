@@ -14,8 +14,10 @@ from typing import Annotated
 
 import httpx
 from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import ApiKey, Settings
+from app.memory.store import MemoryStore
 from app.proxy.hooks import BackgroundRunner
 from app.proxy.identity import Authenticator
 from app.proxy.models_cache import ModelsCache
@@ -32,6 +34,8 @@ class Services:
     proxy: ChatProxy
     models: ModelsCache
     runner: BackgroundRunner
+    engine: AsyncEngine
+    store: MemoryStore
 
 
 @dataclass(frozen=True, slots=True)

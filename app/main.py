@@ -1,7 +1,8 @@
 """The application factory. ``uvicorn --factory app.main:create_app`` or ``memproxy serve``.
 
-The lifespan owns every long-lived object (the upstream connection pool, the background runner)
-and closes them in order; nothing is created at import time.
+The lifespan owns every long-lived object (the database engine, migrated to the newest schema at
+start; the upstream connection pool; the background runner) and closes them in order; nothing is
+created at import time.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from app.config import Settings
 from app.deps import Services
 from app.errors import install_error_handlers
 from app.log import configure_logging
+from app.memory.db import create_engine, upgrade
+from app.memory.store import MemoryStore
 from app.middleware import RequestIdMiddleware
 from app.proxy.hooks import BackgroundRunner, MemoryHooks, NoMemory
 from app.proxy.identity import Authenticator
@@ -46,6 +49,10 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(
+            settings.database_url, busy_timeout_seconds=settings.sqlite_busy_timeout_seconds
+        )
+        await upgrade(engine)
         transport = upstream_transport or build_transport(settings)
         client = build_client(settings, transport)
         upstream = Upstream(client, transport, settings, proxy_keys_enabled=authenticator.enabled)
@@ -58,6 +65,8 @@ def create_app(
             proxy=ChatProxy(settings, upstream, hooks or NoMemory(), runner),
             models=ModelsCache(upstream, settings.models_cache_seconds),
             runner=runner,
+            engine=engine,
+            store=MemoryStore(engine),
         )
         logger.info("memproxy %s forwarding to %s", __version__, settings.upstream_base_url)
         if not authenticator.enabled:
@@ -70,6 +79,7 @@ def create_app(
         finally:
             await runner.drain(SHUTDOWN_GRACE_SECONDS)
             await client.aclose()
+            await engine.dispose()
 
     app = FastAPI(title="memproxy", version=__version__, lifespan=lifespan)
     install_error_handlers(app)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,12 +20,14 @@ from tests.helpers import UPSTREAM, running
 
 
 @pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A developer's MEMPROXY_* variables or .env must not change what the tests see."""
+def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A developer's MEMPROXY_* variables or .env must not change what the tests see, and every
+    test gets a database of its own."""
     for name in list(os.environ):
         if name.startswith("MEMPROXY_"):
             monkeypatch.delenv(name)
     monkeypatch.setitem(Settings.model_config, "env_file", None)
+    monkeypatch.setenv("MEMPROXY_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path}/memproxy.db")
 
 
 def make_settings(**overrides: Any) -> Settings:

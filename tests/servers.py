@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -50,7 +51,8 @@ class Stack:
 def serve_stack(hooks: MemoryHooks | None = None, **settings: Any) -> Iterator[Stack]:
     """The fake upstream and a memproxy forwarding to it, each on its own loopback server."""
     fake = FakeUpstream()
-    with serve(fake) as upstream:
+    with tempfile.TemporaryDirectory() as data, serve(fake) as upstream:
+        settings.setdefault("database_url", f"sqlite+aiosqlite:///{data}/memproxy.db")
         app = create_app(Settings(upstream_base_url=f"{upstream}/v1", **settings), hooks=hooks)
         with serve(app) as proxy:
             yield Stack(fake, f"{upstream}/v1", proxy)

@@ -1,0 +1,1 @@
+"""Long-term memory: the store (SQLite or PostgreSQL through SQLAlchemy), and what builds on it."""

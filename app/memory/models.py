@@ -1,0 +1,89 @@
+"""The memory schema (owned by Alembic: `migrations/`; change both together).
+
+A memory has a public id (a UUID string, what the API and exports use) and an internal integer
+``key``, the int64 id its vector has in the FAISS indexes (which hold ids only). ``user_state``
+keeps one change sequence per user, bumped by every write, so that a process can tell that its
+caches of that user are stale when another process wrote (several workers share one database).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; elsewhere the key is a 64-bit integer.
+Key = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class MemoryType(StrEnum):
+    """What a memory is about. The Manager picks one; the API accepts only these."""
+
+    FACT = "fact"
+    """Something true about the user: where they live, their job, their family."""
+    PREFERENCE = "preference"
+    """What the user likes, dislikes or wants: tastes, style, how they like answers."""
+    KNOWLEDGE = "knowledge"
+    """Something the user knows or works with, useful context for answers."""
+    EVENT = "event"
+    """Something that happened or will happen, with its date when known."""
+    CORRECTION = "correction"
+    """The user corrected a wrong belief or answer: what is right instead."""
+    FEEDBACK = "feedback"
+    """How the user judged the assistant's behaviour."""
+
+
+class MemorySource(StrEnum):
+    MANAGER = "manager"
+    API = "api"
+    IMPORT = "import"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Memory(Base):
+    __tablename__ = "memories"
+
+    key: Mapped[int] = mapped_column(Key, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(36), unique=True)
+    user_id: Mapped[str] = mapped_column(String(256))
+    content: Mapped[str] = mapped_column(Text)
+    type: Mapped[str] = mapped_column(String(32), default=MemoryType.FACT.value)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    source: Mapped[str] = mapped_column(String(16), default=MemorySource.API.value)
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    recall_count: Mapped[int] = mapped_column(Integer, default=0)
+    last_recalled_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    embedding: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    """float32 vector, little-endian bytes."""
+    embedding_model: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    """The model that produced `embedding`; another model configured means re-embedding."""
+
+    __table_args__ = (Index("ix_memories_user_created", "user_id", "created_at"),)
+
+
+class UserState(Base):
+    __tablename__ = "user_state"
+
+    user_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, default=0)
+    """Bumped by every write to the user's memories, in the same transaction."""

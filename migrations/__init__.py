@@ -1,0 +1,1 @@
+"""Alembic migrations for memproxy's database (a package so that installs carry them)."""

@@ -1,0 +1,168 @@
+"""The memory store over a real SQLite file: migrations, WAL, user isolation, change sequence,
+restart, and two processes' engines on one database file."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import cli
+from app.memory.db import create_engine, schema_is_current, upgrade
+from app.memory.models import Base, MemorySource, MemoryType
+from app.memory.store import IdTaken, MemoryStore, NewMemory
+
+
+def url_for(path: Path) -> str:
+    return f"sqlite+aiosqlite:///{path}"
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(url_for(tmp_path / "sub" / "memproxy.db"))
+    await upgrade(engine)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def store(engine: AsyncEngine) -> MemoryStore:
+    return MemoryStore(engine)
+
+
+async def test_migrations_match_the_models_and_are_idempotent(engine: AsyncEngine) -> None:
+    assert await schema_is_current(engine)
+    await upgrade(engine)  # a second upgrade is a no-op
+
+    def diff(connection: object) -> list[object]:
+        return list(compare_metadata(MigrationContext.configure(connection), Base.metadata))
+
+    async with engine.connect() as connection:
+        assert await connection.run_sync(diff) == []
+        assert (await connection.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
+        assert (await connection.execute(text("PRAGMA busy_timeout"))).scalar() == 5000
+
+
+async def test_fresh_database_is_not_current_until_upgraded(tmp_path: Path) -> None:
+    engine = create_engine(url_for(tmp_path / "new.db"))
+    assert not await schema_is_current(engine)
+    await upgrade(engine)
+    assert await schema_is_current(engine)
+    await engine.dispose()
+
+
+async def test_add_get_list_update_delete(store: MemoryStore) -> None:
+    created = await store.add("ann", [
+        NewMemory("Lives in Oslo", MemoryType.FACT, {"from": "chat"}),
+        NewMemory("Prefers short answers", MemoryType.PREFERENCE, pinned=True),
+    ])  # fmt: skip
+    assert [m.content for m in created] == ["Lives in Oslo", "Prefers short answers"]
+    first = created[0]
+    assert len(first.id) == 36 and first.key > 0 and first.user_id == "ann"
+    assert first.metadata == {"from": "chat"} and first.source == MemorySource.API.value
+    assert first.created_at.tzinfo is not None
+    assert await store.get("ann", first.id) == first
+
+    page, total = await store.list("ann")
+    assert total == 2 and [m.content for m in page] == ["Prefers short answers", "Lives in Oslo"]
+    prefs, total = await store.list("ann", types=[MemoryType.PREFERENCE])
+    assert total == 1 and prefs[0].pinned
+    found, _ = await store.list("ann", contains="OSLO")
+    assert [m.id for m in found] == [first.id]
+    assert (await store.list("ann", contains="%"))[1] == 0  # wildcards are literal
+    assert len((await store.list("ann", limit=1, offset=1))[0]) == 1
+
+    changed = await store.update("ann", first.id, content="Lives in Bergen", metadata={"v": 2})
+    assert (
+        changed is not None
+        and changed.content == "Lives in Bergen"
+        and changed.metadata == {"v": 2}
+    )
+    assert changed.updated_at >= first.updated_at and changed.created_at == first.created_at
+    with pytest.raises(ValueError):
+        await store.update("ann", first.id, source="import")
+
+    assert await store.delete("ann", [first.id, "no-such-id"]) == 1
+    assert await store.get("ann", first.id) is None
+    assert await store.delete_all("ann") == 1 and await store.count("ann") == 0
+
+
+async def test_users_never_see_each_other(store: MemoryStore) -> None:
+    (ann,) = await store.add("ann", [NewMemory("ann's secret")])
+    await store.add("bob", [NewMemory("bob's note")])
+    assert await store.get("bob", ann.id) is None
+    assert await store.update("bob", ann.id, content="hijacked") is None
+    assert await store.delete("bob", [ann.id]) == 0
+    assert [m.content for m in (await store.list("bob"))[0]] == ["bob's note"]
+    assert (await store.list("bob", contains="secret"))[1] == 0
+    assert await store.delete_all("bob") == 1
+    assert (await store.get("ann", ann.id)) == ann and await store.count("ann") == 1
+
+
+async def test_import_is_idempotent_on_id(store: MemoryStore) -> None:
+    when = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    item = NewMemory("Went hiking", MemoryType.EVENT, id="11111111-1111-1111-1111-111111111111",
+                     source=MemorySource.IMPORT, created_at=when)  # fmt: skip
+    (first,) = await store.add("ann", [item])
+    version = await store.version("ann")
+    (again,) = await store.add("ann", [item])
+    assert again == first and first.created_at == when
+    assert await store.count("ann") == 1 and await store.version("ann") == version
+    with pytest.raises(IdTaken):
+        await store.add("bob", [item])
+    assert await store.count("bob") == 0
+
+
+async def test_every_write_bumps_the_users_version(store: MemoryStore) -> None:
+    assert await store.version("ann") == 0
+    (memory,) = await store.add("ann", [NewMemory("a")])
+    assert await store.version("ann") == 1
+    await store.update("ann", memory.id, pinned=True)
+    assert await store.version("ann") == 2
+    await store.delete("ann", [memory.id])
+    assert await store.version("ann") == 3
+    await store.delete("ann", [memory.id])  # nothing deleted: nothing changed
+    assert await store.version("ann") == 3
+    assert await store.version("bob") == 0
+
+
+async def test_two_engines_on_one_file_see_each_others_writes(tmp_path: Path) -> None:
+    """Two workers of one deployment: a write through one is visible, version and all, to the other."""
+    url = url_for(tmp_path / "shared.db")
+    one, two = create_engine(url), create_engine(url)
+    await upgrade(one)
+    await upgrade(two)
+    store_one, store_two = MemoryStore(one), MemoryStore(two)
+    (memory,) = await store_one.add("ann", [NewMemory("from worker one")])
+    assert await store_two.version("ann") == 1
+    assert (await store_two.get("ann", memory.id)) == memory
+    await store_two.update("ann", memory.id, content="edited by worker two")
+    assert await store_one.version("ann") == 2
+    assert (await store_one.get("ann", memory.id)).content == "edited by worker two"  # type: ignore[union-attr]
+    await one.dispose()
+    await two.dispose()
+
+
+async def test_memories_survive_a_restart(tmp_path: Path) -> None:
+    url = url_for(tmp_path / "keep.db")
+    engine = create_engine(url)
+    await upgrade(engine)
+    await MemoryStore(engine).add("ann", [NewMemory("remember me")])
+    await engine.dispose()
+    engine = create_engine(url)
+    await upgrade(engine)
+    assert [m.content for m in (await MemoryStore(engine).list("ann"))[0]] == ["remember me"]
+    await engine.dispose()
+
+
+def test_db_upgrade_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    target = tmp_path / "cli" / "memproxy.db"
+    monkeypatch.setenv("MEMPROXY_DATABASE_URL", url_for(target))
+    assert cli.main(["db", "upgrade"]) == 0
+    assert target.exists() and "newest schema" in capsys.readouterr().out
