@@ -64,9 +64,35 @@ class Settings(BaseSettings):
     sqlite_busy_timeout_seconds: float = Field(default=5.0, ge=0)
     """How long a SQLite write waits for another process's write before failing."""
 
+    # --- memory: embeddings, recall and injection ------------------------------------------
+    embedding_model: str = ""
+    """Local folder of a sentence-transformers model; empty: the bundled all-MiniLM-L6-v2."""
+    embedding_cache_dir: str = "./data/models"
+    """Where the model's ONNX export is written once and reused."""
+    embedding_quantize: bool = False
+    """Run the int8-quantised export (about 2x faster queries, slightly different vectors)."""
+    embedding_threads: int = Field(default=1, ge=1, le=64)
+    """CPU threads one embedding run may use (1 keeps latency steady beside the server)."""
+    relevance_threshold: float = Field(default=0.3, ge=0.0, le=1.0)
+    """Least fused score (0-1, see app/memory/recall.py) a memory needs to be injected."""
+    dense_weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Share of the embedding similarity in the fused score; the rest is BM25's."""
+    recall_limit: int = Field(default=8, ge=0, le=100)
+    """Most memories injected into one chat request (0 turns injection off)."""
+    memory_token_budget: int = Field(default=600, ge=0)
+    """Most tokens (estimated at 4 characters each) the injected memory block may take."""
+    recall_timeout_seconds: float = Field(default=2.0, gt=0)
+    """Longest a chat waits for recall; past it the chat goes on without memories."""
+    index_cache_max_memories: int = Field(default=300_000, ge=1)
+    """Memories kept in the in-process search indexes (least recently used users evicted)."""
+    memory_max_chars: int = Field(default=4000, ge=1)
+    """Longest memory content accepted by the API."""
+
     # --- security and identity ----------------------------------------------------------------
     api_keys: CommaList = Field(default_factory=list)
     """Accepted client keys, comma-separated, each `key` or `key:user_id`. Empty: open server."""
+    admin_keys: CommaList = Field(default_factory=list)
+    """Operator keys for the memory API, where they may act for any user (`?user=`)."""
     require_user: bool = False
     """Answer 401 when no user can be resolved, instead of using the `anonymous` user."""
     user_id_headers: CommaList = Field(default_factory=lambda: ["X-OpenWebUI-User-Id", "X-User-Id"])
@@ -74,7 +100,7 @@ class Settings(BaseSettings):
     task_header: str = "X-OpenWebUI-Task"
     """Header whose non-empty value marks an Open WebUI background task (title, tags...)."""
 
-    @field_validator("api_keys", "user_id_headers", mode="before")
+    @field_validator("api_keys", "admin_keys", "user_id_headers", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):

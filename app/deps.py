@@ -13,13 +13,16 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import httpx
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import ApiKey, Settings
+from app.errors import InvalidRequest, PermissionDenied
+from app.memory.service import MemoryService
 from app.memory.store import MemoryStore
+from app.metrics import Metrics
 from app.proxy.hooks import BackgroundRunner
-from app.proxy.identity import Authenticator
+from app.proxy.identity import Authenticator, bearer_token, clean_user_id, resolve_user
 from app.proxy.models_cache import ModelsCache
 from app.proxy.service import ChatProxy
 from app.proxy.upstream import Upstream
@@ -36,6 +39,10 @@ class Services:
     runner: BackgroundRunner
     engine: AsyncEngine
     store: MemoryStore
+    memory: MemoryService
+    metrics: Metrics
+    admins: Authenticator
+    """`MEMPROXY_ADMIN_KEYS`: accepted by the memory API, where they may name any user."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +63,52 @@ async def get_caller(request: Request) -> Caller:
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryCaller:
+    """A memory API request: the service, and the one user whose memories it may touch."""
+
+    memory: MemoryService
+    settings: Settings
+    user_id: str
+
+
+async def get_memory_caller(
+    request: Request,
+    user: Annotated[
+        str | None,
+        Query(description="Act for this user (admin keys only; any key on an open server)."),
+    ] = None,
+) -> MemoryCaller:
+    """Same authentication and user resolution as chat; admin keys may also name the user.
+
+    On a server with no keys at all, anyone may name any user (as the chat headers already
+    allow there); with keys, ``?user=`` needs an admin key (403 otherwise).
+    """
+    services: Services = request.app.state.services
+    authorization = request.headers.get("authorization")
+    token = bearer_token(authorization)
+    admin = token is not None and services.admins.match(token) is not None
+    key = None if admin else services.authenticator.authenticate(authorization)
+    open_server = not services.authenticator.enabled and not services.admins.enabled
+    if user is not None:
+        if not (admin or open_server):
+            raise PermissionDenied("only admin keys may name the user with ?user=", param="user")
+        named = clean_user_id(user, "user")
+        if named is None:
+            raise InvalidRequest("?user= must name a user", param="user", code="invalid_user")
+        user_id = named
+    else:
+        settings = services.settings
+        user_id = resolve_user(
+            request.headers,
+            settings.user_id_headers,
+            None,
+            key,
+            require_user=settings.require_user,
+        )
+    return MemoryCaller(services.memory, services.settings, user_id)
+
+
+MemoryCallerDep = Annotated[MemoryCaller, Depends(get_memory_caller)]

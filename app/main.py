@@ -1,12 +1,14 @@
 """The application factory. ``uvicorn --factory app.main:create_app`` or ``memproxy serve``.
 
 The lifespan owns every long-lived object (the database engine, migrated to the newest schema at
-start; the upstream connection pool; the background runner) and closes them in order; nothing is
+start; the embedder and the memory service with its search indexes; the upstream connection pool;
+the background runner) and closes them in order; nothing is
 created at import time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -16,15 +18,20 @@ import httpx
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import chat, health, models, relay
-from app.config import Settings
+from app.api import chat, health, memories, models, relay
+from app.config import ApiKey, Settings
 from app.deps import Services
 from app.errors import install_error_handlers
 from app.log import configure_logging
 from app.memory.db import create_engine, upgrade
+from app.memory.embedder import TextEmbedder, load_embedder
+from app.memory.hooks import RecallHooks
+from app.memory.index import configure_threads
+from app.memory.service import MemoryService
 from app.memory.store import MemoryStore
+from app.metrics import Metrics
 from app.middleware import RequestIdMiddleware
-from app.proxy.hooks import BackgroundRunner, MemoryHooks, NoMemory
+from app.proxy.hooks import BackgroundRunner, MemoryHooks
 from app.proxy.identity import Authenticator
 from app.proxy.models_cache import ModelsCache
 from app.proxy.service import ChatProxy
@@ -41,8 +48,10 @@ def create_app(
     *,
     upstream_transport: httpx.AsyncBaseTransport | None = None,
     hooks: MemoryHooks | None = None,
+    embedder: TextEmbedder | None = None,
 ) -> FastAPI:
-    """Build the app. Tests inject `upstream_transport` (respx) and `hooks` (recording fakes)."""
+    """Build the app. Tests inject `upstream_transport` (respx), `hooks` (recording fakes, in
+    place of memory recall) and `embedder` (a deterministic fake, in place of the model)."""
     settings = settings if settings is not None else Settings()
     configure_logging(settings.log_level)
     authenticator = Authenticator(settings.parsed_api_keys)
@@ -53,20 +62,36 @@ def create_app(
             settings.database_url, busy_timeout_seconds=settings.sqlite_busy_timeout_seconds
         )
         await upgrade(engine)
+        configure_threads(1)
+        text_embedder = (
+            embedder if embedder is not None else await asyncio.to_thread(load_embedder, settings)
+        )
         transport = upstream_transport or build_transport(settings)
         client = build_client(settings, transport)
         upstream = Upstream(client, transport, settings, proxy_keys_enabled=authenticator.enabled)
         runner = BackgroundRunner()
+        metrics = Metrics()
+        store = MemoryStore(engine)
+        memory = MemoryService(
+            store,
+            text_embedder,
+            dense_weight=settings.dense_weight,
+            cache_max_memories=settings.index_cache_max_memories,
+        )
+        chat_hooks = hooks or RecallHooks(memory, settings, runner, metrics)
         app.state.services = Services(
             settings=settings,
             client=client,
             upstream=upstream,
             authenticator=authenticator,
-            proxy=ChatProxy(settings, upstream, hooks or NoMemory(), runner),
+            proxy=ChatProxy(settings, upstream, chat_hooks, runner),
             models=ModelsCache(upstream, settings.models_cache_seconds),
             runner=runner,
             engine=engine,
-            store=MemoryStore(engine),
+            store=store,
+            memory=memory,
+            metrics=metrics,
+            admins=Authenticator([ApiKey(k, None) for k in settings.admin_keys]),
         )
         logger.info("memproxy %s forwarding to %s", __version__, settings.upstream_base_url)
         if not authenticator.enabled:
@@ -80,12 +105,15 @@ def create_app(
             await runner.drain(SHUTDOWN_GRACE_SECONDS)
             await client.aclose()
             await engine.dispose()
+            if embedder is None:
+                text_embedder.close()
 
     app = FastAPI(title="memproxy", version=__version__, lifespan=lifespan)
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(chat.router)
     app.include_router(models.router)
+    app.include_router(memories.router)
     app.include_router(relay.router)  # last: its /v1/{path} catches what the others do not
     app.add_middleware(RequestIdMiddleware)
     return app

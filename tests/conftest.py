@@ -16,6 +16,7 @@ import respx
 from app.config import Settings
 from app.main import create_app
 from app.proxy.hooks import MemoryHooks
+from tests.fakes import FakeEmbedder
 from tests.helpers import UPSTREAM, running
 
 
@@ -47,11 +48,16 @@ async def make_client(upstream: respx.Router) -> AsyncIterator[AppClientFactory]
     """`await make_client(hooks=..., **settings)`: an httpx client talking to a fresh app."""
     async with AsyncExitStack() as stack:
 
-        async def factory(hooks: MemoryHooks | None = None, **overrides: Any) -> httpx.AsyncClient:
+        async def factory(
+            hooks: MemoryHooks | None = None,
+            embedder: FakeEmbedder | None = None,
+            **overrides: Any,
+        ) -> httpx.AsyncClient:
             app = create_app(
                 make_settings(**overrides),
                 upstream_transport=httpx.MockTransport(upstream.async_handler),
                 hooks=hooks,
+                embedder=embedder or FakeEmbedder(),
             )
             return await stack.enter_async_context(running(app))
 

@@ -15,7 +15,9 @@ import uvicorn
 from app.config import Settings
 from app.devtools.fake_upstream import FakeUpstream
 from app.main import create_app
+from app.memory.embedder import TextEmbedder
 from app.proxy.hooks import MemoryHooks
+from tests.fakes import FakeEmbedder
 
 
 @contextmanager
@@ -48,11 +50,17 @@ class Stack:
 
 
 @contextmanager
-def serve_stack(hooks: MemoryHooks | None = None, **settings: Any) -> Iterator[Stack]:
+def serve_stack(
+    hooks: MemoryHooks | None = None, embedder: TextEmbedder | None = None, **settings: Any
+) -> Iterator[Stack]:
     """The fake upstream and a memproxy forwarding to it, each on its own loopback server."""
     fake = FakeUpstream()
     with tempfile.TemporaryDirectory() as data, serve(fake) as upstream:
         settings.setdefault("database_url", f"sqlite+aiosqlite:///{data}/memproxy.db")
-        app = create_app(Settings(upstream_base_url=f"{upstream}/v1", **settings), hooks=hooks)
+        app = create_app(
+            Settings(upstream_base_url=f"{upstream}/v1", **settings),
+            hooks=hooks,
+            embedder=embedder or FakeEmbedder(),
+        )
         with serve(app) as proxy:
             yield Stack(fake, f"{upstream}/v1", proxy)

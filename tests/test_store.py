@@ -16,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import cli
 from app.memory.db import create_engine, schema_is_current, upgrade
 from app.memory.models import Base, MemorySource, MemoryType
-from app.memory.store import IdTaken, MemoryStore, NewMemory
+from app.memory.records import NewMemory
+from app.memory.store import IdTaken, MemoryStore
 
 
 def url_for(path: Path) -> str:
@@ -58,10 +59,12 @@ async def test_fresh_database_is_not_current_until_upgraded(tmp_path: Path) -> N
 
 
 async def test_add_get_list_update_delete(store: MemoryStore) -> None:
-    created = await store.add("ann", [
+    written = await store.add("ann", [
         NewMemory("Lives in Oslo", MemoryType.FACT, {"from": "chat"}),
         NewMemory("Prefers short answers", MemoryType.PREFERENCE, pinned=True),
     ])  # fmt: skip
+    created = written.records
+    assert written.created == [True, True] and written.version == 1
     assert [m.content for m in created] == ["Lives in Oslo", "Prefers short answers"]
     first = created[0]
     assert len(first.id) == 36 and first.key > 0 and first.user_id == "ann"
@@ -69,16 +72,18 @@ async def test_add_get_list_update_delete(store: MemoryStore) -> None:
     assert first.created_at.tzinfo is not None
     assert await store.get("ann", first.id) == first
 
-    page, total = await store.list("ann")
+    page, total = await store.page("ann")
     assert total == 2 and [m.content for m in page] == ["Prefers short answers", "Lives in Oslo"]
-    prefs, total = await store.list("ann", types=[MemoryType.PREFERENCE])
+    prefs, total = await store.page("ann", types=[MemoryType.PREFERENCE])
     assert total == 1 and prefs[0].pinned
-    found, _ = await store.list("ann", contains="OSLO")
+    found, _ = await store.page("ann", contains="OSLO")
     assert [m.id for m in found] == [first.id]
-    assert (await store.list("ann", contains="%"))[1] == 0  # wildcards are literal
-    assert len((await store.list("ann", limit=1, offset=1))[0]) == 1
+    assert (await store.page("ann", contains="%"))[1] == 0  # wildcards are literal
+    assert len((await store.page("ann", limit=1, offset=1))[0]) == 1
 
-    changed = await store.update("ann", first.id, content="Lives in Bergen", metadata={"v": 2})
+    result = await store.update("ann", first.id, content="Lives in Bergen", metadata={"v": 2})
+    assert result is not None and result.version == 2
+    changed = result.records[0]
     assert (
         changed is not None
         and changed.content == "Lives in Bergen"
@@ -88,20 +93,24 @@ async def test_add_get_list_update_delete(store: MemoryStore) -> None:
     with pytest.raises(ValueError):
         await store.update("ann", first.id, source="import")
 
-    assert await store.delete("ann", [first.id, "no-such-id"]) == 1
+    deleted = await store.delete("ann", [first.id, "no-such-id"])
+    assert deleted.keys == [first.key] and deleted.version == 3
     assert await store.get("ann", first.id) is None
-    assert await store.delete_all("ann") == 1 and await store.count("ann") == 0
+    assert (await store.delete_all("ann")).count == 1 and await store.count("ann") == 0
 
 
 async def test_users_never_see_each_other(store: MemoryStore) -> None:
-    (ann,) = await store.add("ann", [NewMemory("ann's secret")])
+    (ann,) = (await store.add("ann", [NewMemory("ann's secret")])).records
     await store.add("bob", [NewMemory("bob's note")])
     assert await store.get("bob", ann.id) is None
     assert await store.update("bob", ann.id, content="hijacked") is None
-    assert await store.delete("bob", [ann.id]) == 0
-    assert [m.content for m in (await store.list("bob"))[0]] == ["bob's note"]
-    assert (await store.list("bob", contains="secret"))[1] == 0
-    assert await store.delete_all("bob") == 1
+    assert (await store.delete("bob", [ann.id])).count == 0
+    assert await store.get_many("bob", [ann.key]) == {}
+    await store.mark_recalled("bob", [ann.key])
+    assert all(r.key != ann.key for r in (await store.snapshot("bob")).rows)
+    assert [m.content for m in (await store.page("bob"))[0]] == ["bob's note"]
+    assert (await store.page("bob", contains="secret"))[1] == 0
+    assert (await store.delete_all("bob")).count == 1
     assert (await store.get("ann", ann.id)) == ann and await store.count("ann") == 1
 
 
@@ -109,10 +118,11 @@ async def test_import_is_idempotent_on_id(store: MemoryStore) -> None:
     when = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     item = NewMemory("Went hiking", MemoryType.EVENT, id="11111111-1111-1111-1111-111111111111",
                      source=MemorySource.IMPORT, created_at=when)  # fmt: skip
-    (first,) = await store.add("ann", [item])
+    (first,) = (await store.add("ann", [item])).records
     version = await store.version("ann")
-    (again,) = await store.add("ann", [item])
-    assert again == first and first.created_at == when
+    second = await store.add("ann", [item, item])
+    assert second.records == [first, first] and second.created == [False, False]
+    assert first.created_at == when and first.recall_count == 0
     assert await store.count("ann") == 1 and await store.version("ann") == version
     with pytest.raises(IdTaken):
         await store.add("bob", [item])
@@ -121,7 +131,7 @@ async def test_import_is_idempotent_on_id(store: MemoryStore) -> None:
 
 async def test_every_write_bumps_the_users_version(store: MemoryStore) -> None:
     assert await store.version("ann") == 0
-    (memory,) = await store.add("ann", [NewMemory("a")])
+    (memory,) = (await store.add("ann", [NewMemory("a")])).records
     assert await store.version("ann") == 1
     await store.update("ann", memory.id, pinned=True)
     assert await store.version("ann") == 2
@@ -139,7 +149,7 @@ async def test_two_engines_on_one_file_see_each_others_writes(tmp_path: Path) ->
     await upgrade(one)
     await upgrade(two)
     store_one, store_two = MemoryStore(one), MemoryStore(two)
-    (memory,) = await store_one.add("ann", [NewMemory("from worker one")])
+    (memory,) = (await store_one.add("ann", [NewMemory("from worker one")])).records
     assert await store_two.version("ann") == 1
     assert (await store_two.get("ann", memory.id)) == memory
     await store_two.update("ann", memory.id, content="edited by worker two")
@@ -157,7 +167,7 @@ async def test_memories_survive_a_restart(tmp_path: Path) -> None:
     await engine.dispose()
     engine = create_engine(url)
     await upgrade(engine)
-    assert [m.content for m in (await MemoryStore(engine).list("ann"))[0]] == ["remember me"]
+    assert [m.content for m in (await MemoryStore(engine).page("ann"))[0]] == ["remember me"]
     await engine.dispose()
 
 
@@ -166,3 +176,35 @@ def test_db_upgrade_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cap
     monkeypatch.setenv("MEMPROXY_DATABASE_URL", url_for(target))
     assert cli.main(["db", "upgrade"]) == 0
     assert target.exists() and "newest schema" in capsys.readouterr().out
+
+
+async def test_snapshot_reads_only_what_changed_since_a_version(store: MemoryStore) -> None:
+    """What an index cache reads to catch up: only rows written after the version it knows."""
+    one = (await store.add("ann", [NewMemory("one"), NewMemory("two")])).records
+    await store.add("bob", [NewMemory("bob's")])
+    full = await store.snapshot("ann")
+    assert (
+        full.version == 1 and full.total == 2 and {r.content for r in full.rows} == {"one", "two"}
+    )
+    await store.update("ann", one[0].id, content="one, edited")
+    await store.add("ann", [NewMemory("three")])
+    delta = await store.snapshot("ann", since=full.version)
+    assert delta.version == 3 and delta.total == 3
+    assert sorted(r.content for r in delta.rows) == ["one, edited", "three"]
+    await store.delete("ann", [one[1].id])
+    after_delete = await store.snapshot("ann", since=delta.version)
+    assert after_delete.rows == [] and after_delete.total == 2
+    assert await store.keys("ann") == {r.key for r in delta.rows}
+
+
+async def test_recall_bookkeeping_and_embeddings_bump_nothing(store: MemoryStore) -> None:
+    (memory,) = (await store.add("ann", [NewMemory("tea")])).records
+    await store.mark_recalled("ann", [memory.key])
+    await store.mark_recalled("ann", [memory.key])
+    await store.set_embeddings("ann", [(memory.key, b"\x00" * 8, "model-b")])
+    after = await store.get("ann", memory.id)
+    assert after is not None and after.recall_count == 2 and after.last_recalled_at is not None
+    assert after.embedding == b"\x00" * 8 and after.embedding_model == "model-b"
+    assert await store.version("ann") == 1
+    stats = await store.stats("ann")
+    assert stats["total"] == 1 and stats["recall_count"] == 2 and stats["by_type"] == {"fact": 1}

@@ -11,6 +11,7 @@ import respx
 
 from app.config import Settings
 from app.main import create_app
+from tests.fakes import FakeEmbedder
 from tests.helpers import UPSTREAM, assert_openai_error, chat_body, running
 
 
@@ -90,7 +91,7 @@ def _closed_port() -> int:
 
 async def test_real_refused_connection_is_502_and_server_keeps_serving() -> None:
     base = f"http://127.0.0.1:{_closed_port()}/v1"
-    app = create_app(Settings(upstream_base_url=base))
+    app = create_app(Settings(upstream_base_url=base), embedder=FakeEmbedder())
     async with running(app) as client:
         for _ in range(2):
             error = assert_openai_error(

@@ -3,7 +3,9 @@
 A memory has a public id (a UUID string, what the API and exports use) and an internal integer
 ``key``, the int64 id its vector has in the FAISS indexes (which hold ids only). ``user_state``
 keeps one change sequence per user, bumped by every write, so that a process can tell that its
-caches of that user are stale when another process wrote (several workers share one database).
+caches of that user are stale when another process wrote (several workers share one database);
+each memory carries the sequence of its last write (``seq``), so catching up reads only what
+changed.
 """
 
 from __future__ import annotations
@@ -77,8 +79,14 @@ class Memory(Base):
     """float32 vector, little-endian bytes."""
     embedding_model: Mapped[str | None] = mapped_column(String(256), nullable=True)
     """The model that produced `embedding`; another model configured means re-embedding."""
+    seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    """The user's change sequence at this memory's last write: a cache at version N reloads
+    exactly the memories with ``seq > N``."""
 
-    __table_args__ = (Index("ix_memories_user_created", "user_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_memories_user_created", "user_id", "created_at"),
+        Index("ix_memories_user_seq", "user_id", "seq"),
+    )
 
 
 class UserState(Base):

@@ -4,81 +4,78 @@ Promises:
 
 - every method takes the user id, and never reads, changes or counts another user's memories;
 - every write bumps that user's change sequence (:meth:`MemoryStore.version`) in the same
-  transaction, so a cache built at version N is stale exactly when the version is no longer N,
-  whichever process wrote;
-- results are plain frozen :class:`MemoryRecord` values, safe to keep after the session closes.
+  transaction and stamps the rows it wrote with the new value (``seq``); a write returns the
+  version it committed. A cache built at version N is stale exactly when the version is no
+  longer N, whichever process wrote, and catches up with :meth:`MemoryStore.changes_since`;
+- recall bookkeeping (:meth:`MemoryStore.mark_recalled`) and re-embedding
+  (:meth:`MemoryStore.set_embeddings`) change no content and bump nothing;
+- results are plain frozen :class:`~app.memory.records.MemoryRecord` values, safe to keep after
+  the session closes.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import defer
 
-from app.memory.models import Memory, MemorySource, MemoryType, UserState
+from app.memory.models import Memory, MemoryType, UserState
+from app.memory.records import (
+    Deleted,
+    IndexRow,
+    MemoryRecord,
+    NewMemory,
+    Snapshot,
+    Written,
+    aware,
+    now,
+    record_of,
+)
 
-
-@dataclass(frozen=True, slots=True)
-class MemoryRecord:
-    key: int
-    """Internal int64 id (the FAISS id)."""
-    id: str
-    user_id: str
-    content: str
-    type: str
-    metadata: dict[str, Any]
-    source: str
-    pinned: bool
-    created_at: datetime
-    updated_at: datetime
-    recall_count: int
-    last_recalled_at: datetime | None
-    embedding: bytes | None = field(repr=False)
-    embedding_model: str | None
+_CHANGEABLE = frozenset({"content", "type", "metadata", "pinned", "embedding", "embedding_model"})
 
 
-@dataclass(frozen=True, slots=True)
-class NewMemory:
-    content: str
-    type: MemoryType = MemoryType.FACT
-    metadata: dict[str, Any] = field(default_factory=dict)
-    pinned: bool = False
-    source: MemorySource = MemorySource.API
-    id: str | None = None
-    """Given on import (idempotent on id); otherwise a new UUID."""
-    created_at: datetime | None = None
-    embedding: bytes | None = None
-    embedding_model: str | None = None
+_INDEX_COLUMNS = (Memory.key, Memory.type, Memory.content, Memory.embedding, Memory.embedding_model)
+
+
+class IdTaken(Exception):
+    """An imported memory's id already belongs to another user."""
 
 
 class MemoryStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
-    async def add(self, user_id: str, items: Sequence[NewMemory]) -> list[MemoryRecord]:
+    # --- writes (each bumps the user's version) ---------------------------------------------
+
+    async def add(self, user_id: str, items: Sequence[NewMemory]) -> Written:
         """Create memories; an item whose id already exists (for this user) is left as it is and
-        returned unchanged. An id that belongs to another user raises :class:`IdTaken`."""
-        now = _now()
+        returned unchanged (``Written.created`` says which were new). An id that belongs to
+        another user raises :class:`IdTaken`."""
+        stamp = now()
         async with self._sessions.begin() as session:
             given = [item.id for item in items if item.id]
-            existing = {}
+            existing: dict[str, Memory] = {}
             if given:
                 rows = await session.scalars(select(Memory).where(Memory.id.in_(given)))
                 existing = {row.id: row for row in rows}
+            fresh: list[Memory] = []
             out: list[Memory] = []
+            created: list[bool] = []
             for item in items:
                 found = existing.get(item.id) if item.id else None
                 if found is not None:
                     if found.user_id != user_id:
                         raise IdTaken(item.id or "")
                     out.append(found)
+                    created.append(False)
                     continue
                 row = Memory(
                     id=item.id or str(uuid.uuid4()),
@@ -88,25 +85,106 @@ class MemoryStore:
                     meta=dict(item.metadata),
                     source=item.source.value,
                     pinned=item.pinned,
-                    created_at=item.created_at or now,
-                    updated_at=now,
+                    created_at=item.created_at or stamp,
+                    updated_at=stamp,
                     recall_count=0,
                     embedding=item.embedding,
                     embedding_model=item.embedding_model,
                 )
-                session.add(row)
+                if item.id:
+                    existing[item.id] = row  # the same id twice in one batch is one memory
+                fresh.append(row)
                 out.append(row)
-            if len(out) > len(existing):
-                await _bump(session, user_id)
+                created.append(True)
+            version = await self._version_in(session, user_id)
+            if fresh:
+                version = await _bump(session, user_id)
+                for row in fresh:
+                    row.seq = version
+                    session.add(row)
+                await session.flush()
+            return Written([record_of(r) for r in out], version, created)
+
+    async def update(self, user_id: str, memory_id: str, **changes: Any) -> Written | None:
+        """Change `content`, `type`, `metadata`, `pinned`, `embedding`/`embedding_model`."""
+        unknown = set(changes) - _CHANGEABLE
+        if unknown:
+            raise ValueError(f"cannot change {sorted(unknown)}")
+        async with self._sessions.begin() as session:
+            row = await session.scalar(_own(user_id).where(Memory.id == memory_id))
+            if row is None:
+                return None
+            for name, value in changes.items():
+                if name == "metadata":
+                    row.meta = dict(value)
+                elif name == "type":
+                    row.type = MemoryType(value).value
+                else:
+                    setattr(row, name, value)
+            row.updated_at = now()
+            row.seq = await _bump(session, user_id)
             await session.flush()
-            return [_record(row) for row in out]
+            return Written([record_of(row)], row.seq, [False])
+
+    async def delete(self, user_id: str, memory_ids: Sequence[str]) -> Deleted:
+        """Delete the user's memories with these ids (unknown ids are ignored)."""
+        return await self._delete(user_id, Memory.id.in_(list(memory_ids)))
+
+    async def delete_all(self, user_id: str) -> Deleted:
+        return await self._delete(user_id, None)
+
+    async def _delete(self, user_id: str, condition: Any) -> Deleted:
+        async with self._sessions.begin() as session:
+            query = select(Memory.key).where(Memory.user_id == user_id)
+            if condition is not None:
+                query = query.where(condition)
+            keys = list(await session.scalars(query))
+            if not keys:
+                return Deleted([], await self._version_in(session, user_id))
+            await session.execute(delete(Memory).where(Memory.key.in_(keys)))
+            return Deleted(keys, await _bump(session, user_id))
+
+    # --- bookkeeping (no version bump) ------------------------------------------------------
+
+    async def mark_recalled(self, user_id: str, keys: Sequence[int]) -> None:
+        """recall_count += 1 and last_recalled_at = now for these memories."""
+        if not keys:
+            return
+        async with self._sessions.begin() as session:
+            await session.execute(
+                update(Memory)
+                .where(Memory.user_id == user_id, Memory.key.in_(list(keys)))
+                .values(recall_count=Memory.recall_count + 1, last_recalled_at=now())
+            )
+
+    async def set_embeddings(self, user_id: str, vectors: Sequence[tuple[int, bytes, str]]) -> None:
+        """Store (key, embedding, model) for memories whose text did not change."""
+        async with self._sessions.begin() as session:
+            for key, embedding, model in vectors:
+                await session.execute(
+                    update(Memory)
+                    .where(Memory.user_id == user_id, Memory.key == key)
+                    .values(embedding=embedding, embedding_model=model)
+                )
+
+    # --- reads ------------------------------------------------------------------------------
 
     async def get(self, user_id: str, memory_id: str) -> MemoryRecord | None:
         async with self._sessions() as session:
             row = await session.scalar(_own(user_id).where(Memory.id == memory_id))
-            return _record(row) if row is not None else None
+            return record_of(row) if row is not None else None
 
-    async def list(
+    async def get_many(self, user_id: str, keys: Sequence[int]) -> dict[int, MemoryRecord]:
+        """The user's memories with these keys, by key (embeddings not loaded)."""
+        if not keys:
+            return {}
+        query = _own(user_id).options(defer(Memory.embedding)).where(Memory.key.in_(list(keys)))
+        async with self._sessions() as session:
+            return {
+                row.key: record_of(row, embedding=False) for row in await session.scalars(query)
+            }
+
+    async def page(
         self,
         user_id: str,
         *,
@@ -126,56 +204,31 @@ class MemoryStore:
         async with self._sessions() as session:
             total = await session.scalar(select(func.count()).select_from(query.subquery())) or 0
             rows = await session.scalars(
-                query.order_by(Memory.created_at.desc(), Memory.key.desc())
+                query.options(defer(Memory.embedding))
+                .order_by(Memory.created_at.desc(), Memory.key.desc())
                 .limit(limit)
                 .offset(offset)
             )
-            return [_record(row) for row in rows], total
+            return [record_of(row, embedding=False) for row in rows], total
 
-    async def update(self, user_id: str, memory_id: str, **changes: Any) -> MemoryRecord | None:
-        """Change `content`, `type`, `metadata`, `pinned`, `embedding`/`embedding_model`."""
-        unknown = set(changes) - {
-            "content",
-            "type",
-            "metadata",
-            "pinned",
-            "embedding",
-            "embedding_model",
-        }
-        if unknown:
-            raise ValueError(f"cannot change {sorted(unknown)}")
-        async with self._sessions.begin() as session:
-            row = await session.scalar(_own(user_id).where(Memory.id == memory_id))
-            if row is None:
-                return None
-            for name, value in changes.items():
-                if name == "metadata":
-                    row.meta = dict(value)
-                elif name == "type":
-                    row.type = MemoryType(value).value
-                else:
-                    setattr(row, name, value)
-            row.updated_at = _now()
-            await _bump(session, user_id)
-            await session.flush()
-            return _record(row)
-
-    async def delete(self, user_id: str, memory_ids: Sequence[str]) -> int:
-        """Delete the user's memories with these ids; how many there were."""
-        async with self._sessions.begin() as session:
-            result = await session.execute(
-                delete(Memory).where(Memory.user_id == user_id, Memory.id.in_(list(memory_ids)))
+    async def iterate(self, user_id: str, *, page: int = 500) -> AsyncIterator[MemoryRecord]:
+        """Every memory of the user, oldest key first, read a page at a time (for export)."""
+        after = 0
+        while True:
+            query = (
+                _own(user_id)
+                .options(defer(Memory.embedding))
+                .where(Memory.key > after)
+                .order_by(Memory.key)
+                .limit(page)
             )
-            count = int(result.rowcount or 0)  # type: ignore[attr-defined]
-            if count:
-                await _bump(session, user_id)
-            return count
-
-    async def delete_all(self, user_id: str) -> int:
-        async with self._sessions.begin() as session:
-            result = await session.execute(delete(Memory).where(Memory.user_id == user_id))
-            await _bump(session, user_id)
-            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+            async with self._sessions() as session:
+                rows = [record_of(r, embedding=False) for r in await session.scalars(query)]
+            for row in rows:
+                yield row
+            if len(rows) < page:
+                return
+            after = rows[-1].key
 
     async def count(self, user_id: str) -> int:
         async with self._sessions() as session:
@@ -185,55 +238,107 @@ class MemoryStore:
     async def version(self, user_id: str) -> int:
         """The user's change sequence: 0 before any write, then bumped by every write."""
         async with self._sessions() as session:
-            value = await session.scalar(
-                select(UserState.version).where(UserState.user_id == user_id)
+            return await self._version_in(session, user_id)
+
+    async def snapshot(self, user_id: str, *, since: int = -1) -> Snapshot:
+        """What an index of the user needs: the version, then the rows written after `since`
+        (all rows by default) and how many rows the user has now.
+
+        The version is read first: rows may be newer than it, never older, so a cache that
+        records it at worst catches up once more than needed.
+        """
+        async with self._sessions() as session:
+            version = await self._version_in(session, user_id)
+            query = select(*_INDEX_COLUMNS).where(Memory.user_id == user_id)
+            if since >= 0:
+                query = query.where(Memory.seq > since)
+            rows = [IndexRow(*row) for row in await session.execute(query)]
+            total = await session.scalar(select(func.count()).where(Memory.user_id == user_id))
+            return Snapshot(version, rows, int(total or 0))
+
+    async def keys(self, user_id: str) -> set[int]:
+        async with self._sessions() as session:
+            return set(await session.scalars(select(Memory.key).where(Memory.user_id == user_id)))
+
+    async def rows(self, user_id: str, keys: Sequence[int]) -> list[IndexRow]:
+        columns = (
+            Memory.key,
+            Memory.type,
+            Memory.content,
+            Memory.embedding,
+            Memory.embedding_model,
+        )
+        query = select(*columns).where(Memory.user_id == user_id, Memory.key.in_(list(keys)))
+        async with self._sessions() as session:
+            return [IndexRow(*row) for row in await session.execute(query)]
+
+    async def stats(self, user_id: str) -> dict[str, Any]:
+        """Counts by type, pinned, recall totals, oldest and newest, for one user."""
+        async with self._sessions() as session:
+            by_type = dict(
+                (t, int(n))
+                for t, n in await session.execute(
+                    select(Memory.type, func.count())
+                    .where(Memory.user_id == user_id)
+                    .group_by(Memory.type)
+                )
             )
-            return int(value or 0)
+            pinned, recalled, oldest, newest = (
+                await session.execute(
+                    select(
+                        func.count().filter(Memory.pinned.is_(True)),
+                        func.coalesce(func.sum(Memory.recall_count), 0),
+                        func.min(Memory.created_at),
+                        func.max(Memory.created_at),
+                    ).where(Memory.user_id == user_id)
+                )
+            ).one()
+            return {
+                "total": sum(by_type.values()),
+                "by_type": by_type,
+                "pinned": int(pinned or 0),
+                "recall_count": int(recalled or 0),
+                "oldest": _aware(oldest),
+                "newest": _aware(newest),
+                "version": await self._version_in(session, user_id),
+            }
 
+    async def users(self) -> list[tuple[str, int]]:
+        """Every user with memories, and how many (for maintenance commands)."""
+        query = (
+            select(Memory.user_id, func.count()).group_by(Memory.user_id).order_by(Memory.user_id)
+        )
+        async with self._sessions() as session:
+            return [(u, int(n)) for u, n in await session.execute(query)]
 
-class IdTaken(Exception):
-    """An imported memory's id already belongs to another user."""
+    @staticmethod
+    async def _version_in(session: AsyncSession, user_id: str) -> int:
+        value = await session.scalar(select(UserState.version).where(UserState.user_id == user_id))
+        return int(value or 0)
 
 
 def _own(user_id: str) -> Any:
     return select(Memory).where(Memory.user_id == user_id)
 
 
-async def _bump(session: AsyncSession, user_id: str) -> None:
-    """version += 1 for the user, creating the row on the first write: one atomic upsert, so
-    two processes writing a new user's first memories at once cannot both insert it."""
+async def _bump(session: AsyncSession, user_id: str) -> int:
+    """version += 1 for the user, creating the row on the first write; the new version.
+
+    One atomic upsert, so two processes writing a new user's first memories at once cannot
+    both insert it; the write lock it takes orders the user's writes across processes.
+    """
     dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
     insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-    statement = insert(UserState).values(user_id=user_id, version=1)
-    statement = statement.on_conflict_do_update(
-        index_elements=[UserState.user_id], set_={"version": UserState.version + 1}
+    statement = (
+        insert(UserState)
+        .values(user_id=user_id, version=1)
+        .on_conflict_do_update(
+            index_elements=[UserState.user_id], set_={"version": UserState.version + 1}
+        )
+        .returning(UserState.version)
     )
-    await session.execute(statement)
+    return int((await session.execute(statement)).scalar_one())
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _record(row: Memory) -> MemoryRecord:
-    return MemoryRecord(
-        key=row.key,
-        id=row.id,
-        user_id=row.user_id,
-        content=row.content,
-        type=row.type,
-        metadata=dict(row.meta or {}),
-        source=row.source,
-        pinned=row.pinned,
-        created_at=_aware(row.created_at),
-        updated_at=_aware(row.updated_at),
-        recall_count=row.recall_count,
-        last_recalled_at=_aware(row.last_recalled_at) if row.last_recalled_at else None,
-        embedding=row.embedding,
-        embedding_model=row.embedding_model,
-    )
-
-
-def _aware(value: datetime) -> datetime:
-    # SQLite keeps no time zone: what went in as UTC comes back naive.
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+def _aware(value: datetime | None) -> datetime | None:
+    return aware(value) if value is not None else None

@@ -46,13 +46,18 @@ class Authenticator:
         token = bearer_token(authorization)
         if not token:
             raise AuthenticationFailed("missing API key: send it as 'Authorization: Bearer <key>'")
+        match = self.match(token)
+        if match is None:
+            raise AuthenticationFailed("invalid API key")
+        return match
+
+    def match(self, token: str) -> ApiKey | None:
+        """The configured key equal to `token`, or None."""
         digest = hashlib.sha256(token.encode()).digest()
         match: ApiKey | None = None
         for candidate, key in self._digests:
             if hmac.compare_digest(candidate, digest):
                 match = key
-        if match is None:
-            raise AuthenticationFailed("invalid API key")
         return match
 
 
@@ -76,7 +81,7 @@ def resolve_user(
     """Apply the precedence in the module docstring."""
     header_user = None
     for name in header_names:
-        header_user = _clean(headers.get(name), name)
+        header_user = clean_user_id(headers.get(name), name)
         if header_user:
             break
     if key is not None and key.user_id is not None:
@@ -90,7 +95,7 @@ def resolve_user(
     if header_user:
         return header_user
     raw_body_user = body_user.id if isinstance(body_user, EndUser) else body_user
-    body_id = _clean(raw_body_user, "user")
+    body_id = clean_user_id(raw_body_user, "user")
     if body_id:
         return body_id
     if require_user:
@@ -101,7 +106,7 @@ def resolve_user(
     return ANONYMOUS
 
 
-def _clean(value: str | None, where: str) -> str | None:
+def clean_user_id(value: str | None, where: str) -> str | None:
     if value is None:
         return None
     value = value.strip()

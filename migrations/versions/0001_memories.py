@@ -37,8 +37,10 @@ def upgrade() -> None:
         sa.Column("last_recalled_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("embedding", sa.LargeBinary(), nullable=True),
         sa.Column("embedding_model", sa.String(256), nullable=True),
+        sa.Column("seq", sa.BigInteger(), nullable=False),
     )
     op.create_index("ix_memories_user_created", "memories", ["user_id", "created_at"])
+    op.create_index("ix_memories_user_seq", "memories", ["user_id", "seq"])
     op.create_table(
         "user_state",
         sa.Column("user_id", sa.String(256), primary_key=True),
@@ -48,5 +50,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("user_state")
+    op.drop_index("ix_memories_user_seq", table_name="memories")
     op.drop_index("ix_memories_user_created", table_name="memories")
     op.drop_table("memories")

@@ -1,0 +1,217 @@
+"""The memory API: `/v1/memories...`. Every route acts for exactly one user (app.deps)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from pydantic import ValidationError
+from starlette.responses import Response, StreamingResponse
+
+from app.deps import MemoryCaller, MemoryCallerDep
+from app.errors import InvalidRequest, NotFound, ValidationFailed
+from app.memory.models import MemorySource, MemoryType
+from app.memory.records import NewMemory
+from app.proxy.body import read_body
+from app.schemas.memories import (
+    MAX_BATCH,
+    Deleted,
+    ImportResult,
+    MemoryBatchCreate,
+    MemoryCreate,
+    MemoryHit,
+    MemoryImport,
+    MemoryList,
+    MemoryPublic,
+    MemorySearch,
+    MemoryUpdate,
+    SearchResults,
+)
+from app.schemas.openai import ErrorResponse
+
+router = APIRouter(prefix="/v1/memories", tags=["memories"])
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 422)
+}
+MAX_IMPORT_LINES = 10 * MAX_BATCH
+
+
+@router.post("", status_code=201, responses=_ERRORS)
+async def create_memory(body: MemoryCreate, caller: MemoryCallerDep) -> MemoryPublic:
+    _check_length(caller, body.content, "content")
+    (record,) = (await caller.memory.add(caller.user_id, [_new(body)])).records
+    return MemoryPublic.of(record)
+
+
+@router.post("/batch", status_code=201, responses=_ERRORS)
+async def create_memories(body: MemoryBatchCreate, caller: MemoryCallerDep) -> MemoryList:
+    for i, item in enumerate(body.memories):
+        _check_length(caller, item.content, f"memories.{i}.content")
+    records = (await caller.memory.add(caller.user_id, [_new(i) for i in body.memories])).records
+    data = [MemoryPublic.of(r) for r in records]
+    return MemoryList(data=data, total=len(data), limit=len(data), offset=0, has_more=False)
+
+
+@router.get("", responses=_ERRORS)
+async def list_memories(
+    caller: MemoryCallerDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    type: Annotated[list[MemoryType] | None, Query(description="Only these types.")] = None,
+    q: Annotated[str | None, Query(max_length=1000, description="Content contains.")] = None,
+) -> MemoryList:
+    records, total = await caller.memory.page(
+        caller.user_id, types=type or (), contains=q, limit=limit, offset=offset
+    )
+    data = [MemoryPublic.of(r) for r in records]
+    return MemoryList(
+        data=data, total=total, limit=limit, offset=offset, has_more=offset + len(data) < total
+    )
+
+
+@router.delete("", responses=_ERRORS)
+async def delete_all_memories(
+    caller: MemoryCallerDep,
+    confirm: Annotated[bool, Query(description="Must be true: deletes every memory.")] = False,
+) -> Deleted:
+    if not confirm:
+        raise InvalidRequest(
+            "deleting every memory of a user needs ?confirm=true",
+            param="confirm",
+            code="confirmation_required",
+        )
+    return Deleted(deleted=await caller.memory.delete_all(caller.user_id))
+
+
+@router.post("/search", responses=_ERRORS)
+async def search_memories(body: MemorySearch, caller: MemoryCallerDep) -> SearchResults:
+    """Ranked by the pipeline chat recall uses."""
+    min_score = body.min_score
+    if min_score is None:
+        min_score = caller.settings.relevance_threshold
+    found = await caller.memory.search(
+        caller.user_id,
+        body.query,
+        limit=body.limit,
+        min_score=min_score,
+        types=[t.value for t in body.types or ()],
+    )
+    hits = [
+        MemoryHit(**MemoryPublic.of(f.memory).model_dump(), score=round(f.hit.score, 6))
+        for f in found
+    ]
+    return SearchResults(data=hits)
+
+
+@router.get("/stats", responses=_ERRORS)
+async def memory_stats(caller: MemoryCallerDep) -> dict[str, Any]:
+    return {"object": "memory.stats", "user_id": caller.user_id} | await caller.memory.stats(
+        caller.user_id
+    )
+
+
+@router.get("/export", responses=_ERRORS, response_class=StreamingResponse)
+async def export_memories(caller: MemoryCallerDep) -> Response:
+    """Every memory of the user as JSON Lines (what `/import` reads back)."""
+
+    async def lines() -> AsyncIterator[bytes]:
+        async for record in caller.memory.export(caller.user_id):
+            yield orjson.dumps(MemoryPublic.of(record).model_dump(mode="json")) + b"\n"
+
+    return StreamingResponse(
+        lines(),
+        media_type="application/x-ndjson",
+        headers={"Content-Disposition": 'attachment; filename="memories.jsonl"'},
+    )
+
+
+@router.post("/import", responses=_ERRORS)
+async def import_memories(request: Request, caller: MemoryCallerDep) -> ImportResult:
+    """JSON Lines, one memory each (an export's lines); idempotent on id."""
+    raw = await read_body(request, caller.settings.max_body_bytes)
+    items: list[MemoryImport] = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if len(items) >= MAX_IMPORT_LINES:
+            raise InvalidRequest(f"at most {MAX_IMPORT_LINES} memories per import", code="too_many")
+        try:
+            item = MemoryImport.model_validate_json(line)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ValidationFailed(
+                f"line {number}: {first['msg']}",
+                param=f"line {number}" + (f".{where}" * bool(where)),
+            ) from None
+        _check_length(caller, item.content, f"line {number}.content")
+        items.append(item)
+    if not items:
+        raise InvalidRequest("nothing to import: send JSON Lines, one memory each", code="empty")
+    new = [
+        NewMemory(
+            content=i.content, type=i.type, metadata=i.metadata, pinned=i.pinned,
+            source=MemorySource.IMPORT, id=i.id, created_at=i.created_at,
+        )
+        for i in items
+    ]  # fmt: skip
+    written = await caller.memory.add(caller.user_id, new)
+    created = sum(written.created)
+    return ImportResult(imported=created, skipped=len(items) - created)
+
+
+@router.get("/{memory_id}", responses=_ERRORS)
+async def get_memory(memory_id: str, caller: MemoryCallerDep) -> MemoryPublic:
+    record = await caller.memory.get(caller.user_id, memory_id)
+    if record is None:
+        raise _not_found(memory_id)
+    return MemoryPublic.of(record)
+
+
+@router.patch("/{memory_id}", responses=_ERRORS)
+async def update_memory(
+    memory_id: str, body: MemoryUpdate, caller: MemoryCallerDep
+) -> MemoryPublic:
+    changes = body.model_dump(exclude_unset=True)
+    if any(changes.get(name) is None for name in changes):
+        raise ValidationFailed("fields may be left out but not null", param=next(
+            name for name in changes if changes[name] is None
+        ))  # fmt: skip
+    if not changes:
+        raise InvalidRequest("nothing to change", code="empty")
+    if "content" in changes:
+        _check_length(caller, changes["content"], "content")
+    record = await caller.memory.update(caller.user_id, memory_id, **changes)
+    if record is None:
+        raise _not_found(memory_id)
+    return MemoryPublic.of(record)
+
+
+@router.delete("/{memory_id}", responses=_ERRORS)
+async def delete_memory(memory_id: str, caller: MemoryCallerDep) -> Deleted:
+    if not await caller.memory.delete(caller.user_id, [memory_id]):
+        raise _not_found(memory_id)
+    return Deleted(id=memory_id, deleted=1)
+
+
+def _new(body: MemoryCreate) -> NewMemory:
+    return NewMemory(
+        content=body.content, type=body.type, metadata=body.metadata, pinned=body.pinned
+    )
+
+
+def _check_length(caller: MemoryCaller, content: str, param: str) -> None:
+    limit = caller.settings.memory_max_chars
+    if len(content) > limit:
+        raise ValidationFailed(
+            f"content is {len(content)} characters; at most {limit} are accepted "
+            "(MEMPROXY_MEMORY_MAX_CHARS)",
+            param=param,
+            code="content_too_long",
+        )
+
+
+def _not_found(memory_id: str) -> NotFound:
+    return NotFound(f"no memory with id {memory_id[:64]!r}", param="memory_id")

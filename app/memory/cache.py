@@ -1,0 +1,199 @@
+"""Per-user search indexes (dense and lexical), built lazily from the store and kept current.
+
+Promises:
+
+- an index is a cache of the store: :meth:`IndexCache.get` returns one that reflects at least the
+  store's state when the call began. It reads the user's change sequence (one small query) and,
+  when another process wrote since, reads back only the rows written since (``seq > version``),
+  plus the key list when the count shows deletions;
+- this process's own writes are applied in place (:meth:`IndexCache.written`,
+  :meth:`IndexCache.deleted`) when they follow directly on the cached version, otherwise left to
+  the next catch-up; an index is never marked newer than what it holds;
+- memories without a vector of the configured model are embedded while loading, and the vectors
+  stored back (a model change re-embeds lazily, or all at once with ``memproxy index rebuild``);
+- the cache is bounded (least recently used users evicted) by the number of memories it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.memory.embedder import TextEmbedder
+from app.memory.index import VectorIndex
+from app.memory.lexical import Analyzer, LexicalIndex
+from app.memory.records import Deleted, IndexRow, Written
+from app.memory.store import MemoryStore
+
+logger = logging.getLogger("memproxy.memory")
+
+EMBED_BATCH = 64
+
+
+@dataclass(eq=False)
+class UserIndex:
+    """One user's memories as search structures. Mutate only while holding `lock`, or
+    synchronously when it is free (see :meth:`IndexCache.written`)."""
+
+    version: int
+    vectors: VectorIndex
+    lexical: LexicalIndex
+    types: dict[int, str] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def __len__(self) -> int:
+        return len(self.types)
+
+    def put(self, rows: Sequence[IndexRow], vectors: np.ndarray) -> None:
+        self.vectors.add([r.key for r in rows], vectors)
+        for row in rows:
+            self.lexical.add(row.key, row.content)
+            self.types[row.key] = row.type
+
+    def drop(self, keys: Sequence[int]) -> None:
+        present = [k for k in keys if k in self.types]
+        self.vectors.remove(present)
+        for key in present:
+            self.lexical.remove(key)
+            del self.types[key]
+
+
+class IndexCache:
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: TextEmbedder,
+        *,
+        max_memories: int = 300_000,
+        analyzer: Analyzer | None = None,
+    ) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._analyzer = analyzer or Analyzer()
+        self._max_memories = max_memories
+        self._entries: OrderedDict[str, UserIndex] = OrderedDict()
+        self._loading: dict[str, asyncio.Task[UserIndex]] = {}
+        self.loads = 0
+        """Full builds and catch-ups done (tests and metrics read it)."""
+
+    @property
+    def analyzer(self) -> Analyzer:
+        return self._analyzer
+
+    def cached(self, user_id: str) -> UserIndex | None:
+        return self._entries.get(user_id)
+
+    async def get(self, user_id: str) -> UserIndex:
+        """The user's index, current as of this call (see the module docstring)."""
+        version = await self._store.version(user_id)
+        entry = self._entries.get(user_id)
+        if entry is not None and entry.version == version:
+            self._entries.move_to_end(user_id)
+            return entry
+        task = self._loading.get(user_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._load(user_id))
+            self._loading[user_id] = task
+            task.add_done_callback(lambda _: self._loading.pop(user_id, None))
+        entry = await asyncio.shield(task)
+        if entry.version < version:  # that load began before the write we were told about
+            return await self.get(user_id)
+        return entry
+
+    async def _load(self, user_id: str) -> UserIndex:
+        entry = self._entries.get(user_id)
+        if entry is None:
+            snapshot = await self._store.snapshot(user_id)
+            entry = UserIndex(
+                snapshot.version, VectorIndex(self._embedder.dim), LexicalIndex(self._analyzer)
+            )
+            async with entry.lock:
+                await self._put(user_id, entry, snapshot.rows)
+            self._entries[user_id] = entry
+        else:
+            async with entry.lock:
+                snapshot = await self._store.snapshot(user_id, since=entry.version)
+                await self._put(user_id, entry, snapshot.rows)
+                if len(entry) != snapshot.total:  # deletions (or rows newer than the snapshot)
+                    keys = await self._store.keys(user_id)
+                    entry.drop([k for k in entry.types if k not in keys])
+                    missing = [k for k in keys if k not in entry.types]
+                    await self._put(user_id, entry, await self._store.rows(user_id, missing))
+                entry.version = snapshot.version
+        self.loads += 1
+        self._entries.move_to_end(user_id)
+        self._evict(keep=user_id)
+        return entry
+
+    async def _put(self, user_id: str, entry: UserIndex, rows: Sequence[IndexRow]) -> None:
+        if rows:
+            entry.put(rows, await self.vectors_for(user_id, rows))
+
+    async def vectors_for(self, user_id: str, rows: Sequence[IndexRow]) -> np.ndarray:
+        """The rows' vectors: stored ones when of this model, the rest embedded and saved."""
+        model = self._embedder.model_name
+        out = np.zeros((len(rows), self._embedder.dim), dtype=np.float32)
+        todo = []
+        for i, row in enumerate(rows):
+            if row.embedding is not None and row.embedding_model == model:
+                out[i] = np.frombuffer(row.embedding, dtype=np.float32)
+            else:
+                todo.append(i)
+        for start in range(0, len(todo), EMBED_BATCH):
+            chunk = todo[start : start + EMBED_BATCH]
+            vectors = await self._embedder.embed([rows[i].content for i in chunk])
+            out[chunk] = vectors
+            encoded = [v.astype("<f4").tobytes() for v in vectors]
+            await self._store.set_embeddings(
+                user_id,
+                [(rows[i].key, e, model) for i, e in zip(chunk, encoded, strict=True)],
+            )
+        if todo:
+            logger.info("embedded %d memories of a user with %s", len(todo), model)
+        return out
+
+    def written(self, user_id: str, written: Written, vectors: np.ndarray) -> None:
+        """This process wrote these rows (their vectors given, in order)."""
+        entry = self._current_before(user_id, written.version)
+        if entry is not None:
+            rows = [IndexRow(r.key, r.type, r.content, None, None) for r in written.records]
+            entry.put(rows, vectors)
+            entry.version = written.version
+
+    def deleted(self, user_id: str, deleted: Deleted) -> None:
+        entry = self._current_before(user_id, deleted.version)
+        if entry is not None:
+            entry.drop(deleted.keys)
+            entry.version = deleted.version
+
+    def _current_before(self, user_id: str, version: int) -> UserIndex | None:
+        """The entry, if a write at `version` can be applied to it in place right now."""
+        entry = self._entries.get(user_id)
+        if entry is None or entry.lock.locked() or entry.version != version - 1:
+            return None  # the next get() catches up from the store
+        return entry
+
+    def _evict(self, keep: str) -> None:
+        total = sum(len(e) for e in self._entries.values())
+        for user_id in list(self._entries):
+            if total <= self._max_memories:
+                break
+            if user_id == keep:
+                continue
+            total -= len(self._entries.pop(user_id))
+
+    def forget(self, user_id: str | None = None) -> None:
+        """Drop one user's index (or all): the next recall rebuilds it from the store."""
+        if user_id is None:
+            self._entries.clear()
+        else:
+            self._entries.pop(user_id, None)
+
+    @property
+    def memories_cached(self) -> int:
+        return sum(len(e) for e in self._entries.values())

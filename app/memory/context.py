@@ -1,0 +1,105 @@
+"""Between a chat and recall: which text to search with, and how memories are shown to the model.
+
+- The query is the last user message. A message too short to mean anything on its own ("yes",
+  "why?", "do it") is searched together with the turn before it (the assistant's last words and
+  the user's message before them, up to :data:`CONTEXT_CHARS`).
+- Memories go into the system message as a block: one line each, ``- [YYYY-MM-DD] content``, the
+  date being when the memory was made, most relevant first, after one sentence telling the
+  model what they are. Whatever exceeds the token budget is left out, lowest score first.
+- Tokens are estimated at four characters each (plus a few per line): no tokenizer of the
+  upstream's model is at hand, and the estimate errs on the generous side for English.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from app.memory.records import MemoryRecord
+from app.proxy.injection import strip_block
+
+MIN_QUERY_WORDS = 4
+"""A last message with fewer words than this is searched with the turn before it."""
+CONTEXT_CHARS = 400
+"""How much of the turn before is added to a short message (its end, nearest the message)."""
+MAX_QUERY_CHARS = 2000
+"""Longer messages (pasted documents) are searched by their start and end."""
+
+HEADER = (
+    "Things you remember about the user from earlier conversations (date noted first). "
+    "Use them when they are relevant; do not mention this list unless asked about it."
+)
+_WORDS = re.compile(r"\w+")
+
+
+def message_text(message: Any) -> str:
+    """The text of a chat message: its string content or its text parts; memory blocks removed."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = "\n".join(
+            p["text"]
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        )
+    else:
+        return ""
+    return strip_block(text).strip()
+
+
+def recall_query(messages: Sequence[Any]) -> str | None:
+    """The text to search memories with, or None when the chat has no user text to go on."""
+    last = None
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, dict) and message.get("role") == "user":
+            last = index
+            break
+    if last is None:
+        return None
+    text = message_text(messages[last])
+    if len(_WORDS.findall(text)) < MIN_QUERY_WORDS:
+        before = [
+            message_text(m)
+            for m in messages[:last]
+            if isinstance(m, dict) and m.get("role") in ("user", "assistant")
+        ][-2:]
+        context = " ".join(t for t in before if t)[-CONTEXT_CHARS:]
+        text = f"{context} {text}".strip()
+    if len(text) > MAX_QUERY_CHARS:
+        half = MAX_QUERY_CHARS // 2
+        text = f"{text[:half]} {text[-half:]}"
+    return text or None
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // 4 + 4
+
+
+def memory_line(memory: MemoryRecord) -> str:
+    content = " ".join(memory.content.split())  # one line each, whatever the memory holds
+    return f"- [{memory.created_at.date().isoformat()}] {content}"
+
+
+def fit_budget(memories: Sequence[MemoryRecord], budget_tokens: int) -> list[MemoryRecord]:
+    """The memories, in order, that fit in `budget_tokens` together with the header; a memory
+    that does not fit is skipped and shorter ones after it may still go in."""
+    used = estimate_tokens(HEADER)
+    kept = []
+    for memory in memories:
+        cost = estimate_tokens(memory_line(memory))
+        if used + cost <= budget_tokens:
+            kept.append(memory)
+            used += cost
+    return kept
+
+
+def memory_block(memories: Sequence[MemoryRecord]) -> str:
+    """The text injected into the system message ('' when there is nothing to say)."""
+    if not memories:
+        return ""
+    return "\n".join([HEADER, *(memory_line(m) for m in memories)])

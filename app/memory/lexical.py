@@ -1,0 +1,149 @@
+"""The lexical side of recall: BM25 over one user's memories, in memory, updated in place.
+
+Words are lower-cased, split on anything that is not a letter or digit, English stop words
+dropped, and stemmed (Snowball, so "painting" finds "painted"). Queries also drop the words that
+make a question a question ("what", "when", "did", "tell"...): they say nothing about which
+memory answers it, and memories rarely contain them in the same sense.
+
+Score convention (:meth:`LexicalIndex.scores`): BM25 (Lucene's IDF, k1=1.2, b=0.75) divided by the
+query's ceiling, the sum over the query's words that occur in the user's memories of
+``idf * (k1 + 1)``, the limit a memory reaches by containing each of them very often. So a
+score is in [0, 1): 0 shares no word with the query; near 1 holds all its rare words.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+import numpy as np
+import Stemmer  # type: ignore[import-not-found]
+
+K1 = 1.2
+B = 0.75
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further had
+    has have having he her here hers herself him himself his how i if in into is it its itself just
+    me more most my myself no nor not now of off on once only or other our ours ourselves out over
+    own same she should so some such than that the their theirs them themselves then there these
+    they this those through to too under until up very was we were what when where which while who
+    whom why will with would you your yours yourself yourselves s t d ll m re ve don didn doesn
+    isn wasn weren won wouldn couldn shouldn""".split()
+)
+QUESTION_WORDS = frozenset(
+    """what when where which who whom whose why how did does do is was were are has have had
+    can could would should will ever kind sort type tell say said know think remember much many
+    long likely""".split()
+)
+"""Dropped from queries only: they shape the question, not what the answer is about."""
+
+
+class Analyzer:
+    """Text to index terms. Stems are cached: the vocabulary of one household is small."""
+
+    def __init__(self) -> None:
+        self._stemmer = Stemmer.Stemmer("english")
+        self._stems: dict[str, str] = {}
+
+    def terms(self, text: str) -> list[str]:
+        words = [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+        return [self._stem(w) for w in words]
+
+    def query_terms(self, text: str) -> list[str]:
+        """The distinct terms of a query, question words dropped, in order of appearance."""
+        words = [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+        words = [w for w in words if w not in QUESTION_WORDS]
+        return list(dict.fromkeys(self._stem(w) for w in words))
+
+    def _stem(self, word: str) -> str:
+        stem = self._stems.get(word)
+        if stem is None:
+            stem = self._stemmer.stemWord(word)
+            if len(self._stems) < 200_000:
+                self._stems[word] = stem
+        return stem
+
+
+class LexicalIndex:
+    """BM25 over a set of documents identified by int64 keys; add, remove and search in place.
+
+    Postings are kept per term as dicts (cheap to change) and turned into numpy arrays the first
+    time a query needs them (cheap to score); a change to a term drops its arrays.
+    """
+
+    def __init__(self, analyzer: Analyzer) -> None:
+        self._analyzer = analyzer
+        self._docs: dict[int, tuple[tuple[str, ...], int]] = {}
+        """key -> (its distinct terms, its length in terms)."""
+        self._postings: dict[str, dict[int, int]] = {}
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._total_length = 0
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def add(self, key: int, text: str) -> None:
+        """Index `text` under `key`, replacing what the key held."""
+        if key in self._docs:
+            self.remove(key)
+        terms = Counter(self._analyzer.terms(text))
+        length = sum(terms.values())
+        self._docs[key] = (tuple(terms), length)
+        self._total_length += length
+        for term, count in terms.items():
+            self._postings.setdefault(term, {})[key] = count
+            self._arrays.pop(term, None)
+
+    def remove(self, key: int) -> None:
+        entry = self._docs.pop(key, None)
+        if entry is None:
+            return
+        terms, length = entry
+        self._total_length -= length
+        for term in terms:
+            postings = self._postings[term]
+            del postings[key]
+            if not postings:
+                del self._postings[term]
+            self._arrays.pop(term, None)
+
+    def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, scores) of every document sharing a term with the query, scores normalised as
+        the module docstring says; unordered."""
+        terms = [t for t in self._analyzer.query_terms(query) if t in self._postings]
+        if not terms or not self._docs:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        count = len(self._docs)
+        average = max(self._total_length / count, 1e-9)
+        all_keys: list[np.ndarray] = []
+        all_scores: list[np.ndarray] = []
+        ceiling = 0.0
+        for term in terms:
+            posting_keys, tf, lengths = self._postings_array(term)
+            df = len(posting_keys)
+            idf = math.log(1.0 + (count - df + 0.5) / (df + 0.5))
+            ceiling += idf * (K1 + 1.0)
+            norm = K1 * (1.0 - B + B * lengths / average)
+            all_keys.append(posting_keys)
+            all_scores.append(idf * tf * (K1 + 1.0) / (tf + norm))
+        keys: np.ndarray = np.concatenate(all_keys)
+        values: np.ndarray = np.concatenate(all_scores)
+        if len(terms) > 1:
+            keys, inverse = np.unique(keys, return_inverse=True)
+            values = np.bincount(inverse, weights=values)
+        normalised: np.ndarray = (values / ceiling).astype(np.float32)
+        return keys, normalised
+
+    def _postings_array(self, term: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        arrays = self._arrays.get(term)
+        if arrays is None:
+            postings = self._postings[term]
+            keys = np.fromiter(postings.keys(), dtype=np.int64, count=len(postings))
+            tf = np.fromiter(postings.values(), dtype=np.float64, count=len(postings))
+            lengths = np.array([self._docs[k][1] for k in postings], dtype=np.float64)
+            arrays = self._arrays[term] = (keys, tf, lengths)
+        return arrays

@@ -1,0 +1,110 @@
+"""The values the store hands out and takes in: plain frozen dataclasses, no ORM state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from app.memory.models import Memory, MemorySource, MemoryType
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    key: int
+    """Internal int64 id (the FAISS id); never shown to clients."""
+    id: str
+    user_id: str
+    content: str
+    type: str
+    metadata: dict[str, Any]
+    source: str
+    pinned: bool
+    created_at: datetime
+    updated_at: datetime
+    recall_count: int
+    last_recalled_at: datetime | None
+    embedding: bytes | None = field(repr=False)
+    embedding_model: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    content: str
+    type: MemoryType = MemoryType.FACT
+    metadata: dict[str, Any] = field(default_factory=dict)
+    pinned: bool = False
+    source: MemorySource = MemorySource.API
+    id: str | None = None
+    """Given on import (idempotent on id); otherwise a new UUID."""
+    created_at: datetime | None = None
+    embedding: bytes | None = None
+    embedding_model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What a write left: the records, and the user's version it committed."""
+
+    records: list[MemoryRecord]
+    version: int
+    created: list[bool]
+    """Per record: True when this write created it (False: it existed, e.g. a re-import)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    keys: list[int]
+    version: int
+    """The version the delete committed (the current one when nothing was deleted)."""
+
+    @property
+    def count(self) -> int:
+        return len(self.keys)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """What the search indexes need of one memory."""
+
+    key: int
+    type: str
+    content: str
+    embedding: bytes | None
+    embedding_model: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    version: int
+    rows: list[IndexRow]
+    total: int
+    """How many memories the user has (to notice deletions without listing every key)."""
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def aware(value: datetime) -> datetime:
+    # SQLite keeps no time zone: what went in as UTC comes back naive.
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def record_of(row: Memory, *, embedding: bool = True) -> MemoryRecord:
+    return MemoryRecord(
+        key=row.key,
+        id=row.id,
+        user_id=row.user_id,
+        content=row.content,
+        type=row.type,
+        metadata=dict(row.meta or {}),
+        source=row.source,
+        pinned=row.pinned,
+        created_at=aware(row.created_at),
+        updated_at=aware(row.updated_at),
+        recall_count=row.recall_count,
+        last_recalled_at=aware(row.last_recalled_at) if row.last_recalled_at else None,
+        embedding=row.embedding if embedding else None,
+        embedding_model=row.embedding_model,
+    )

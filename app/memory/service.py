@@ -1,0 +1,161 @@
+"""Memory operations as the API, the CLI and chat recall use them: the store, the embedder and the
+search indexes kept in step.
+
+Every write embeds first (off the event loop), then commits to the store, then applies itself to
+this process's index (other processes catch up from the store's change sequence). Every method
+takes the user id; nothing here can reach another user's memories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from app.memory.cache import EMBED_BATCH, IndexCache
+from app.memory.context import fit_budget
+from app.memory.embedder import TextEmbedder
+from app.memory.models import MemoryType
+from app.memory.recall import Hit, Searcher
+from app.memory.records import MemoryRecord, NewMemory, Written
+from app.memory.store import MemoryStore
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    memory: MemoryRecord
+    hit: Hit
+
+
+class MemoryService:
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: TextEmbedder,
+        *,
+        dense_weight: float = 0.5,
+        cache_max_memories: int = 300_000,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.cache = IndexCache(store, embedder, max_memories=cache_max_memories)
+        self.searcher = Searcher(self.cache, embedder, dense_weight=dense_weight)
+
+    # --- writes -------------------------------------------------------------------------------
+
+    async def add(self, user_id: str, items: Sequence[NewMemory]) -> Written:
+        """Create memories (embedded in batches); items with an existing id are kept as they are
+        (``Written.created`` tells them apart)."""
+        vectors = await self._embed([item.content for item in items])
+        model = self.embedder.model_name
+        prepared = [
+            replace(item, embedding=_bytes(vector), embedding_model=model)
+            for item, vector in zip(items, vectors, strict=True)
+        ]
+        written = await self.store.add(user_id, prepared)
+        fresh = [i for i, created in enumerate(written.created) if created]
+        if fresh:
+            records = [written.records[i] for i in fresh]
+            self.cache.written(user_id, Written(records, written.version, [True] * len(fresh)),
+                               vectors[fresh])  # fmt: skip
+        return written
+
+    async def update(self, user_id: str, memory_id: str, **changes: Any) -> MemoryRecord | None:
+        """Change content, type, metadata or pinned; new content is embedded again."""
+        vector = None
+        if "content" in changes:
+            vector = (await self._embed([changes["content"]]))[0]
+            changes.update(embedding=_bytes(vector), embedding_model=self.embedder.model_name)
+        written = await self.store.update(user_id, memory_id, **changes)
+        if written is None:
+            return None
+        (record,) = written.records
+        if vector is None:
+            vector = np.frombuffer(record.embedding or b"", dtype=np.float32)
+            if record.embedding_model != self.embedder.model_name or not len(vector):
+                return record  # stale vector: the index catches up from the store
+        self.cache.written(user_id, written, vector.reshape(1, -1))
+        return record
+
+    async def delete(self, user_id: str, memory_ids: Sequence[str]) -> int:
+        deleted = await self.store.delete(user_id, memory_ids)
+        self.cache.deleted(user_id, deleted)
+        return deleted.count
+
+    async def delete_all(self, user_id: str) -> int:
+        deleted = await self.store.delete_all(user_id)
+        self.cache.deleted(user_id, deleted)
+        return deleted.count
+
+    # --- reads --------------------------------------------------------------------------------
+
+    async def get(self, user_id: str, memory_id: str) -> MemoryRecord | None:
+        return await self.store.get(user_id, memory_id)
+
+    async def page(
+        self,
+        user_id: str,
+        *,
+        types: Sequence[MemoryType] = (),
+        contains: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[list[MemoryRecord], int]:
+        return await self.store.page(
+            user_id, types=types, contains=contains, limit=limit, offset=offset
+        )
+
+    def export(self, user_id: str) -> AsyncIterator[MemoryRecord]:
+        return self.store.iterate(user_id)
+
+    async def stats(self, user_id: str) -> dict[str, Any]:
+        stats = await self.store.stats(user_id)
+        entry = self.cache.cached(user_id)
+        stats["index"] = {
+            "cached": entry is not None,
+            "memories": len(entry) if entry is not None else 0,
+            "embedding_model": self.embedder.model_name,
+        }
+        return stats
+
+    async def search(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        limit: int,
+        min_score: float,
+        types: Sequence[str] = (),
+    ) -> list[Found]:
+        """Ranked as chat recall ranks (:mod:`app.memory.recall`), with the memories loaded."""
+        hits = await self.searcher.search(
+            user_id, query, limit=limit, min_score=min_score, types=types
+        )
+        records = await self.store.get_many(user_id, [h.key for h in hits])
+        return [Found(records[h.key], h) for h in hits if h.key in records]
+
+    async def recall(
+        self, user_id: str, query: str, *, limit: int, min_score: float, budget_tokens: int
+    ) -> list[Found]:
+        """What chat injects: the search, then as many as fit the token budget."""
+        found = await self.search(user_id, query, limit=limit, min_score=min_score)
+        kept = {m.key for m in fit_budget([f.memory for f in found], budget_tokens)}
+        return [f for f in found if f.memory.key in kept]
+
+    async def mark_recalled(self, user_id: str, found: Sequence[Found]) -> None:
+        await self.store.mark_recalled(user_id, [f.memory.key for f in found])
+
+    async def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        parts = [
+            await self.embedder.embed(texts[i : i + EMBED_BATCH])
+            for i in range(0, len(texts), EMBED_BATCH)
+        ]
+        return np.concatenate(parts)
+
+
+def _bytes(vector: np.ndarray) -> bytes:
+    return vector.astype("<f4").tobytes()

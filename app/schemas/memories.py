@@ -1,0 +1,164 @@
+"""The memory API's wire format: Create / Update / Public triplets, search, listing and import.
+
+Unknown fields are refused (``extra="forbid"``): this API is memproxy's own, and a misspelt
+``pinned`` silently ignored would be worse than a 422 naming it. Content length is checked
+against ``MEMPROXY_MEMORY_MAX_CHARS`` by the router (a setting, not a constant).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.memory.models import MemoryType
+from app.memory.records import MemoryRecord
+
+MAX_BATCH = 1000
+MAX_METADATA_BYTES = 16_384
+ID_PATTERN = r"^[A-Za-z0-9_-]{1,36}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _content(value: str) -> str:
+    value = value.strip()
+    if not value:
+        raise ValueError("content must not be empty")
+    return value
+
+
+def _metadata(value: dict[str, Any]) -> dict[str, Any]:
+    import orjson
+
+    if len(orjson.dumps(value)) > MAX_METADATA_BYTES:
+        raise ValueError(f"metadata must be at most {MAX_METADATA_BYTES} bytes as JSON")
+    return value
+
+
+class MemoryCreate(_Strict):
+    content: str
+    """What to remember, one self-contained statement (surrounding whitespace is trimmed)."""
+    type: MemoryType = MemoryType.FACT
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form JSON object, kept as given."""
+    pinned: bool = False
+    """Pinned memories are never forgotten or deleted automatically."""
+
+    _check_content = field_validator("content")(_content)
+    _check_metadata = field_validator("metadata")(_metadata)
+
+
+class MemoryBatchCreate(_Strict):
+    memories: Annotated[list[MemoryCreate], Field(min_length=1, max_length=MAX_BATCH)]
+
+
+class MemoryUpdate(_Strict):
+    """Fields to change; those left out stay as they are."""
+
+    content: str | None = None
+    type: MemoryType | None = None
+    metadata: dict[str, Any] | None = None
+    pinned: bool | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _check_content(cls, value: str | None) -> str | None:
+        return _content(value) if value is not None else None
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _metadata(value) if value is not None else None
+
+
+class MemoryImport(MemoryCreate):
+    """One line of an export, read back. Importing the same id twice keeps the first."""
+
+    id: Annotated[str, Field(pattern=ID_PATTERN)]
+    created_at: datetime | None = None
+    source: str | None = None
+    """Ignored: imported memories get the source `import`."""
+    object: Literal["memory"] | None = None
+    user_id: str | None = None
+    """Ignored: memories are imported for the user the request acts for."""
+    updated_at: datetime | None = None
+    recall_count: int | None = None
+    last_recalled_at: datetime | None = None
+
+
+class MemoryPublic(BaseModel):
+    id: str
+    object: Literal["memory"] = "memory"
+    user_id: str
+    content: str
+    type: str
+    metadata: dict[str, Any]
+    source: str
+    pinned: bool
+    created_at: datetime
+    updated_at: datetime
+    recall_count: int
+    last_recalled_at: datetime | None
+
+    @classmethod
+    def of(cls, record: MemoryRecord) -> MemoryPublic:
+        return cls(
+            id=record.id,
+            user_id=record.user_id,
+            content=record.content,
+            type=record.type,
+            metadata=record.metadata,
+            source=record.source,
+            pinned=record.pinned,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            recall_count=record.recall_count,
+            last_recalled_at=record.last_recalled_at,
+        )
+
+
+class MemoryList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[MemoryPublic]
+    total: int
+    limit: int
+    offset: int
+    has_more: bool
+
+
+class MemorySearch(_Strict):
+    query: Annotated[str, Field(min_length=1, max_length=8000)]
+    limit: Annotated[int, Field(ge=1, le=100)] = 10
+    types: list[MemoryType] | None = None
+    min_score: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    """Least fused score (see app/memory/recall.py); default MEMPROXY_RELEVANCE_THRESHOLD."""
+
+    _check_query = field_validator("query")(_content)
+
+
+class MemoryHit(MemoryPublic):
+    score: float
+    """The fused relevance score chat recall ranks by, 0-1."""
+
+
+class SearchResults(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[MemoryHit]
+
+
+class Deleted(BaseModel):
+    id: str | None = None
+    object: Literal["memory.deleted"] = "memory.deleted"
+    deleted: int
+    """How many memories were deleted."""
+
+
+class ImportResult(BaseModel):
+    imported: int
+    """Memories created."""
+    skipped: int
+    """Lines whose id already existed for this user (imports are idempotent on id)."""

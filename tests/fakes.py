@@ -1,0 +1,52 @@
+"""Deterministic fakes for the edges of memory: an embedder that needs no model."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+class FakeEmbedder:
+    """Bag of words hashed into 64 dimensions, L2-normalised: texts sharing words are similar,
+    texts sharing none are orthogonal (up to hash collisions). Same text, same vector, always.
+
+    `fail_with` makes every call raise it (degraded-recall tests); `delay` makes calls slow.
+    """
+
+    dim = 64
+
+    def __init__(self, model_name: str = "fake-bow-64") -> None:
+        self.model_name = model_name
+        self.calls: list[list[str]] = []
+        self.fail_with: Exception | None = None
+        self.delay = 0.0
+
+    def vector(self, text: str) -> np.ndarray:
+        out = np.zeros(self.dim, dtype=np.float32)
+        for word in _WORD.findall(text.lower()):
+            digest = hashlib.blake2b(word.rstrip("s").encode(), digest_size=4).digest()
+            out[int.from_bytes(digest, "little") % self.dim] += 1.0
+        norm = float(np.linalg.norm(out))
+        if norm == 0:
+            out[0] = 1.0
+            return out
+        return out / norm
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.fail_with is not None:
+            raise self.fail_with
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self.vector(t) for t in texts])
+
+    def close(self) -> None:
+        pass
