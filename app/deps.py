@@ -108,6 +108,7 @@ async def get_memory_caller(
             key,
             require_user=settings.require_user,
         )
+    request.state.user_id = user_id  # for the access log line
     return MemoryCaller(services.memory, services.settings, user_id)
 
 

@@ -11,6 +11,7 @@ Exception tree (each class fixes its HTTP status, `type` and default `code`)::
     │   └── UserRequired               401   code=user_required
     ├── PermissionDenied               403 permission_error
     ├── NotFound                       404 not_found_error
+    ├── Conflict                       409 conflict_error
     └── UpstreamError                  502 upstream_error
         ├── UpstreamUnreachable        502   code=upstream_unreachable
         ├── UpstreamTimeout            504   code=upstream_timeout
@@ -107,6 +108,12 @@ class NotFound(MemproxyError):
     default_code = "not_found"
 
 
+class Conflict(MemproxyError):
+    status_code = 409
+    error_type = "conflict_error"
+    default_code = "conflict"
+
+
 class UpstreamError(MemproxyError):
     status_code = 502
     error_type = "upstream_error"
@@ -190,6 +197,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         first = exc.errors()[0] if exc.errors() else {"msg": "invalid request", "loc": ()}
+        if first.get("type") == "json_invalid":  # as the chat route answers a broken body
+            return json_response(400, InvalidJSON("request body is not valid JSON").to_body())
         param = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
         body = error_body(
             str(first["msg"]), "invalid_request_error", param=param, code="invalid_value"

@@ -11,9 +11,10 @@ from pydantic import ValidationError
 from starlette.responses import Response, StreamingResponse
 
 from app.deps import MemoryCaller, MemoryCallerDep
-from app.errors import InvalidRequest, NotFound, ValidationFailed
+from app.errors import Conflict, InvalidRequest, NotFound, ValidationFailed
 from app.memory.models import MemorySource, MemoryType
 from app.memory.records import NewMemory
+from app.memory.store import IdTaken
 from app.proxy.body import read_body
 from app.schemas.memories import (
     MAX_BATCH,
@@ -33,7 +34,7 @@ from app.schemas.openai import ErrorResponse
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 422)
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422)
 }
 MAX_IMPORT_LINES = 10 * MAX_BATCH
 
@@ -157,7 +158,12 @@ async def import_memories(request: Request, caller: MemoryCallerDep) -> ImportRe
         )
         for i in items
     ]  # fmt: skip
-    written = await caller.memory.add(caller.user_id, new)
+    try:
+        written = await caller.memory.add(caller.user_id, new)
+    except IdTaken as exc:
+        raise Conflict(
+            f"memory id {exc} is already in use; give the memory another id", param="id"
+        ) from None
     created = sum(written.created)
     return ImportResult(imported=created, skipped=len(items) - created)
 
@@ -194,6 +200,14 @@ async def delete_memory(memory_id: str, caller: MemoryCallerDep) -> Deleted:
     if not await caller.memory.delete(caller.user_id, [memory_id]):
         raise _not_found(memory_id)
     return Deleted(id=memory_id, deleted=1)
+
+
+@router.api_route(
+    "/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False
+)
+async def no_such_memory_route(rest: str) -> None:
+    """Last: what matches no route above is answered here, never relayed to the upstream."""
+    raise _not_found(rest)
 
 
 def _new(body: MemoryCreate) -> NewMemory:

@@ -1,0 +1,215 @@
+"""The search indexes as a cache of the store: rebuilt from SQLite they rank the same; another
+process's writes reach them; restarts and model changes lose nothing; the LRU stays bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.memory.db import create_engine, upgrade
+from app.memory.lexical import Analyzer, LexicalIndex
+from app.memory.records import NewMemory
+from app.memory.service import MemoryService
+from app.memory.store import MemoryStore
+from tests.fakes import FakeEmbedder
+
+WORDS = ("violin garden roses nurse oslo ramen hiking beagle chess cello lyon paris piano "
+         "marathon sushi tennis python coffee tea novel painting camping kayak").split()  # fmt: skip
+
+
+def sentences(count: int, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) for _ in range(count)]
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/index.db")
+    await upgrade(engine)
+    yield engine
+    await engine.dispose()
+
+
+def service(engine: AsyncEngine, embedder: FakeEmbedder | None = None, **kw: int) -> MemoryService:
+    return MemoryService(MemoryStore(engine), embedder or FakeEmbedder(), **kw)  # type: ignore[arg-type]
+
+
+async def ranking(
+    memory: MemoryService, user: str, queries: list[str]
+) -> list[list[tuple[str, float]]]:
+    out = []
+    for query in queries:
+        found = await memory.search(user, query, limit=20, min_score=0.0)
+        out.append([(f.memory.id, round(f.hit.score, 5)) for f in found])
+    return out
+
+
+async def test_rebuilt_from_sqlite_the_index_ranks_the_same(engine: AsyncEngine) -> None:
+    memory = service(engine)
+    texts = sentences(300)
+    records = (await memory.add("ann", [NewMemory(t) for t in texts])).records
+    await memory.search("ann", "warm up", limit=1, min_score=0)  # build, then change in place
+    for record in records[:40]:
+        await memory.update("ann", record.id, content=record.content + " kayak")
+    await memory.delete("ann", [r.id for r in records[40:90]])
+    await memory.add("ann", [NewMemory(t) for t in sentences(30, seed=9)])
+    queries = [
+        "violin and garden",
+        "kayak camping trip",
+        "coffee",
+        "nothing matches zzz",
+        "oslo nurse tea",
+    ]
+    incremental = await ranking(memory, "ann", queries)
+    assert any(len(r) == 20 for r in incremental)
+    loads = memory.cache.loads
+
+    memory.cache.forget()
+    rebuilt = await ranking(memory, "ann", queries)
+    assert memory.cache.loads == loads + 1 and rebuilt == incremental
+    assert await ranking(service(engine), "ann", queries) == incremental  # a fresh process too
+
+
+async def test_another_processs_writes_reach_this_processs_index(tmp_path: Path) -> None:
+    """Two app processes on one database file: A writes, B's warm cache catches up."""
+    url = f"sqlite+aiosqlite:///{tmp_path}/shared.db"
+    engine_a, engine_b = create_engine(url), create_engine(url)
+    await upgrade(engine_a)
+    a, b = service(engine_a), service(engine_b)
+    (first,) = (await a.add("ann", [NewMemory("my cello teacher lives in Lyon")])).records
+    assert [f.memory.id for f in await b.search("ann", "cello", limit=5, min_score=0.1)] == [
+        first.id
+    ]
+
+    (second,) = (await a.add("ann", [NewMemory("weekend kayak trips on the fjord")])).records
+    assert [f.memory.id for f in await b.search("ann", "kayak fjord", limit=5, min_score=0.1)] == [
+        second.id
+    ]
+    await a.update("ann", first.id, content="my piano teacher lives in Paris")
+    assert await b.search("ann", "cello Lyon", limit=5, min_score=0.1) == []
+    assert [f.memory.id for f in await b.search("ann", "piano", limit=5, min_score=0.1)] == [
+        first.id
+    ]
+    await a.delete("ann", [second.id])
+    assert await b.search("ann", "kayak fjord", limit=5, min_score=0.1) == []
+    entry = b.cache.cached("ann")
+    assert entry is not None and len(entry) == 1 and entry.version == await b.store.version("ann")
+    await engine_a.dispose()
+    await engine_b.dispose()
+
+
+async def test_catch_up_reads_only_what_changed(engine: AsyncEngine) -> None:
+    a, b = service(engine), service(engine)
+    await a.add("ann", [NewMemory(t) for t in sentences(200)])
+    await b.search("ann", "violin", limit=5, min_score=0)
+    await a.add("ann", [NewMemory("one brand new memory about tennis")])
+    read: list[int] = []
+    original = b.store.snapshot
+
+    async def counting(user_id: str, *, since: int = -1):  # type: ignore[no-untyped-def]
+        snapshot = await original(user_id, since=since)
+        read.append(len(snapshot.rows))
+        return snapshot
+
+    b.store.snapshot = counting  # type: ignore[method-assign]
+    found = await b.search("ann", "brand new tennis", limit=1, min_score=0)
+    assert found[0].memory.content == "one brand new memory about tennis" and read == [1]
+
+
+async def test_memories_and_their_ranking_survive_a_restart(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/keep.db"
+    engine = create_engine(url)
+    await upgrade(engine)
+    memory = service(engine)
+    await memory.add("ann", [NewMemory(t) for t in sentences(120)])
+    before = await ranking(memory, "ann", ["violin garden", "sushi"])
+    await engine.dispose()
+
+    engine = create_engine(url)
+    await upgrade(engine)
+    restarted = service(engine)
+    assert (await restarted.page("ann"))[1] == 120
+    assert await ranking(restarted, "ann", ["violin garden", "sushi"]) == before
+    await engine.dispose()
+
+
+async def test_a_new_embedding_model_re_embeds_and_stores_the_vectors(engine: AsyncEngine) -> None:
+    old = service(engine, FakeEmbedder("model-a"))
+    records = (await old.add("ann", [NewMemory(t) for t in sentences(70)])).records
+    assert {r.embedding_model for r in records} == {"model-a"}
+
+    embedder = FakeEmbedder("model-b")
+    new = service(engine, embedder)
+    found = await new.search("ann", records[0].content, limit=1, min_score=0)
+    assert found[0].memory.id == records[0].id
+    embedded = sum(len(c) for c in embedder.calls)
+    assert embedded == 70 + 1  # every memory once, in batches, and the query
+    stored = await new.store.get("ann", records[5].id)
+    assert stored is not None and stored.embedding_model == "model-b"
+    assert np.allclose(
+        np.frombuffer(stored.embedding or b"", np.float32), embedder.vector(records[5].content)
+    )
+    new.cache.forget()
+    embedder.calls.clear()
+    await new.search("ann", "violin", limit=1, min_score=0)
+    assert embedder.calls == [["violin"]]  # vectors now come from the store
+
+
+async def test_cache_is_bounded_by_memories_held(engine: AsyncEngine) -> None:
+    memory = service(engine, cache_max_memories=100)
+    for user in ("u1", "u2", "u3"):
+        await memory.add(user, [NewMemory(t) for t in sentences(40)])
+        await memory.search(user, "violin", limit=1, min_score=0)
+    assert memory.cache.memories_cached <= 100
+    assert memory.cache.cached("u1") is None and memory.cache.cached("u3") is not None
+    await memory.search("u1", "violin", limit=1, min_score=0)  # evicted users come back
+    assert memory.cache.cached("u1") is not None and memory.cache.cached("u2") is None
+
+
+async def test_concurrent_writes_and_searches_leave_index_and_store_equal(
+    engine: AsyncEngine,
+) -> None:
+    memory = service(engine)
+    await memory.add("ann", [NewMemory(t) for t in sentences(50)])
+
+    async def writer(i: int) -> None:
+        written = (await memory.add("ann", [NewMemory(f"note {i} about chess")])).records
+        if i % 3 == 0:
+            await memory.delete("ann", [written[0].id])
+        elif i % 3 == 1:
+            await memory.update("ann", written[0].id, content=f"note {i} about tennis")
+
+    async def reader() -> None:
+        await memory.search("ann", "chess tennis", limit=10, min_score=0)
+
+    await asyncio.gather(*(writer(i) for i in range(30)), *(reader() for _ in range(30)))
+    await memory.search("ann", "chess", limit=1, min_score=0)
+    entry = memory.cache.cached("ann")
+    assert entry is not None
+    assert set(entry.types) == await memory.store.keys("ann") and len(entry.vectors) == len(entry)
+    final = await ranking(memory, "ann", ["chess", "tennis"])
+    memory.cache.forget()
+    assert await ranking(memory, "ann", ["chess", "tennis"]) == final
+
+
+def test_bm25_stems_drops_question_words_and_normalises() -> None:
+    index = LexicalIndex(Analyzer())
+    index.add(1, "Caroline went to the LGBTQ support group yesterday")
+    index.add(2, "Melanie painted a sunrise over the lake")
+    index.add(3, "We went camping and painting by the lake")
+    keys, scores = index.scores("When did Melanie paint the sunrise?")
+    by_key = dict(zip(keys.tolist(), scores.tolist(), strict=True))
+    assert set(by_key) == {2, 3} and by_key[2] > by_key[3]  # "paint" finds "painted"/"painting"
+    assert all(0 < s < 1 for s in by_key.values())
+    assert Analyzer().query_terms("What did you say about it?") == []
+    assert len(index.scores("when did")[0]) == 0  # only question words: nothing to match
+    index.remove(2)
+    index.add(3, "replaced text about sushi")
+    assert index.scores("Melanie sunrise lake")[0].tolist() == []
+    assert index.scores("sushi")[0].tolist() == [3] and len(index) == 2
