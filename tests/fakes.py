@@ -48,5 +48,9 @@ class FakeEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([self.vector(t) for t in texts])
 
+    async def embed_query(self, text: str) -> np.ndarray:
+        vectors: np.ndarray = (await self.embed([text]))[0]
+        return vectors
+
     def close(self) -> None:
         pass

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.db import create_engine, upgrade
 from app.memory.lexical import Analyzer, LexicalIndex
+from app.memory.parts import decode
 from app.memory.records import NewMemory
 from app.memory.service import MemoryService
 from app.memory.store import MemoryStore
@@ -142,7 +143,7 @@ async def test_memories_and_their_ranking_survive_a_restart(tmp_path: Path) -> N
 async def test_a_new_embedding_model_re_embeds_and_stores_the_vectors(engine: AsyncEngine) -> None:
     old = service(engine, FakeEmbedder("model-a"))
     records = (await old.add("ann", [NewMemory(t) for t in sentences(70)])).records
-    assert {r.embedding_model for r in records} == {"model-a"}
+    assert {r.embedding_model for r in records} == {"model-a/parts-v1"}
 
     embedder = FakeEmbedder("model-b")
     new = service(engine, embedder)
@@ -151,10 +152,8 @@ async def test_a_new_embedding_model_re_embeds_and_stores_the_vectors(engine: As
     embedded = sum(len(c) for c in embedder.calls)
     assert embedded == 70 + 1  # every memory once, in batches, and the query
     stored = await new.store.get("ann", records[5].id)
-    assert stored is not None and stored.embedding_model == "model-b"
-    assert np.allclose(
-        np.frombuffer(stored.embedding or b"", np.float32), embedder.vector(records[5].content)
-    )
+    assert stored is not None and stored.embedding_model == "model-b/parts-v1"
+    assert np.allclose(decode(stored.embedding or b"", 64), [embedder.vector(records[5].content)])
     new.cache.forget()
     embedder.calls.clear()
     await new.search("ann", "violin", limit=1, min_score=0)

@@ -27,12 +27,14 @@ import numpy as np
 from app.memory.embedder import TextEmbedder
 from app.memory.index import VectorIndex
 from app.memory.lexical import Analyzer, LexicalIndex
+from app.memory.parts import decode, embed_memories, encode, vector_model
 from app.memory.records import Deleted, IndexRow, Written
 from app.memory.store import MemoryStore
 
 logger = logging.getLogger("memproxy.memory")
 
-EMBED_BATCH = 64
+STORE_BATCH = 256
+"""Memories embedded and written back per round while loading an index."""
 
 
 @dataclass(eq=False)
@@ -49,7 +51,8 @@ class UserIndex:
     def __len__(self) -> int:
         return len(self.types)
 
-    def put(self, rows: Sequence[IndexRow], vectors: np.ndarray) -> None:
+    def put(self, rows: Sequence[IndexRow], vectors: Sequence[np.ndarray]) -> None:
+        """Index rows, each with its (parts, dim) vectors."""
         self.vectors.add([r.key for r in rows], vectors)
         for row in rows:
             self.lexical.add(row.key, row.content)
@@ -134,31 +137,31 @@ class IndexCache:
         if rows:
             entry.put(rows, await self.vectors_for(user_id, rows))
 
-    async def vectors_for(self, user_id: str, rows: Sequence[IndexRow]) -> np.ndarray:
+    async def vectors_for(self, user_id: str, rows: Sequence[IndexRow]) -> list[np.ndarray]:
         """The rows' vectors: stored ones when of this model, the rest embedded and saved."""
-        model = self._embedder.model_name
-        out = np.zeros((len(rows), self._embedder.dim), dtype=np.float32)
-        todo = []
-        for i, row in enumerate(rows):
-            if row.embedding is not None and row.embedding_model == model:
-                out[i] = np.frombuffer(row.embedding, dtype=np.float32)
-            else:
-                todo.append(i)
-        for start in range(0, len(todo), EMBED_BATCH):
-            chunk = todo[start : start + EMBED_BATCH]
-            vectors = await self._embedder.embed([rows[i].content for i in chunk])
-            out[chunk] = vectors
-            encoded = [v.astype("<f4").tobytes() for v in vectors]
+        model = vector_model(self._embedder)
+        out: list[np.ndarray | None] = [
+            decode(r.embedding, self._embedder.dim)
+            if r.embedding is not None and r.embedding_model == model
+            else None
+            for r in rows
+        ]
+        todo = [i for i, vectors in enumerate(out) if vectors is None]
+        for start in range(0, len(todo), STORE_BATCH):
+            chunk = todo[start : start + STORE_BATCH]
+            embedded = await embed_memories(self._embedder, [rows[i].content for i in chunk])
+            for i, vectors in zip(chunk, embedded, strict=True):
+                out[i] = vectors
             await self._store.set_embeddings(
                 user_id,
-                [(rows[i].key, e, model) for i, e in zip(chunk, encoded, strict=True)],
+                [(rows[i].key, encode(v), model) for i, v in zip(chunk, embedded, strict=True)],
             )
         if todo:
             logger.info("embedded %d memories of a user with %s", len(todo), model)
-        return out
+        return [v for v in out if v is not None]
 
-    def written(self, user_id: str, written: Written, vectors: np.ndarray) -> None:
-        """This process wrote these rows (their vectors given, in order)."""
+    def written(self, user_id: str, written: Written, vectors: Sequence[np.ndarray]) -> None:
+        """This process wrote these rows (their (parts, dim) vectors given, in order)."""
         entry = self._current_before(user_id, written.version)
         if entry is not None:
             rows = [IndexRow(r.key, r.type, r.content, None, None) for r in written.records]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 import Stemmer  # type: ignore[import-not-found]
@@ -76,7 +77,7 @@ class LexicalIndex:
     """
 
     def __init__(self, analyzer: Analyzer) -> None:
-        self._analyzer = analyzer
+        self.analyzer = analyzer
         self._docs: dict[int, tuple[tuple[str, ...], int]] = {}
         """key -> (its distinct terms, its length in terms)."""
         self._postings: dict[str, dict[int, int]] = {}
@@ -90,7 +91,7 @@ class LexicalIndex:
         """Index `text` under `key`, replacing what the key held."""
         if key in self._docs:
             self.remove(key)
-        terms = Counter(self._analyzer.terms(text))
+        terms = Counter(self.analyzer.terms(text))
         length = sum(terms.values())
         self._docs[key] = (tuple(terms), length)
         self._total_length += length
@@ -112,9 +113,31 @@ class LexicalIndex:
             self._arrays.pop(term, None)
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
-        """(keys, scores) of every document sharing a term with the query, scores normalised as
-        the module docstring says; unordered."""
-        terms = [t for t in self._analyzer.query_terms(query) if t in self._postings]
+        """(keys, scores) of every document sharing a term with the query, keys ascending,
+        scores normalised as the module docstring says."""
+        return self.score_terms(self.analyzer.query_terms(query))
+
+    def feedback_terms(
+        self, keys: Sequence[int], exclude: Sequence[str], *, limit: int, min_docs: int = 2
+    ) -> list[str]:
+        """Terms shared by at least `min_docs` of these documents (the best matches of a first
+        search, best first): pseudo-relevance feedback. Most shared first; among equals, those
+        of the better-ranked document first (measured: better than rarest first)."""
+        counts: Counter[str] = Counter()  # keeps first-seen order for the stable sort below
+        for key in keys:
+            entry = self._docs.get(key)
+            if entry is not None:
+                counts.update(entry[0])
+        skip = set(exclude)
+        ranked = sorted(
+            (t for t, n in counts.items() if n >= min_docs and t not in skip),
+            key=lambda t: -counts[t],
+        )
+        return ranked[:limit]
+
+    def score_terms(self, query_terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`scores` for terms already analysed."""
+        terms = [t for t in query_terms if t in self._postings]
         if not terms or not self._docs:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         count = len(self._docs)
@@ -135,6 +158,9 @@ class LexicalIndex:
         if len(terms) > 1:
             keys, inverse = np.unique(keys, return_inverse=True)
             values = np.bincount(inverse, weights=values)
+        else:
+            order = np.argsort(keys)
+            keys, values = keys[order], values[order]
         normalised: np.ndarray = (values / ceiling).astype(np.float32)
         return keys, normalised
 

@@ -1,16 +1,23 @@
 """Hybrid search over one user's memories: the one pipeline behind chat recall and the search API.
 
 Score convention (what ``MEMPROXY_RELEVANCE_THRESHOLD`` and the API's ``min_score`` compare with):
-``score = w * max(cosine, 0) + (1 - w) * lexical``, where ``cosine`` is the dense similarity of
-query and memory (:mod:`app.memory.index`), ``lexical`` the normalised BM25 score
-(:mod:`app.memory.lexical`), and ``w`` is ``MEMPROXY_DENSE_WEIGHT`` (0.5). Both parts are on
-absolute scales (not rescaled per query), so the score is comparable across queries and a fixed
-threshold means the same thing for every user: 0 is unrelated; an exact restatement of the
-memory scores about 0.8; typical useful matches score 0.25-0.6.
+``score = w * max(dense, 0) + (1 - w) * lexical``, in [0, 1], with ``w`` = ``MEMPROXY_DENSE_WEIGHT``
+(0.5):
 
-Fusing the scores themselves rather than ranks (reciprocal rank fusion) keeps how much better one
-candidate is than the next: measured on the LoCoMo dev conversations (``bench/recall_eval.py``),
-RRF with k=60 ranks below BM25 alone, the weighted sum above both.
+- ``dense`` is the cosine similarity of the query with the memory's best-matching part, the
+  whole text or one of its sentences (:mod:`app.memory.parts`, :mod:`app.memory.index`);
+- ``lexical`` is ``(bm25(query) + λ * bm25(feedback)) / (1 + λ)``, each BM25 normalised by its
+  ceiling (:mod:`app.memory.lexical`), ``λ`` = :data:`FEEDBACK_WEIGHT`. The feedback terms are
+  those shared by at least two of the first search's best :data:`FEEDBACK_DOCS` memories
+  (pseudo-relevance feedback, RM3-style): they find memories that say the same thing in the
+  words the user's memories use rather than the words of the question.
+
+Both parts are on absolute scales (not rescaled per query), so a score is comparable across
+queries and users: unrelated memories score under ~0.2, a memory restating the query well scores
+0.5 and up. Measured on the LoCoMo dev conversations (``bench/recall_eval.py``, recall@5/@10):
+BM25 alone .541/.613, whole-text MiniLM alone .385/.468, both fused .555/.650, with sentence
+parts .583/.688, with feedback .604/.728. Reciprocal rank fusion ranks below BM25 alone there:
+fusing the scores keeps how much better one candidate is than the next.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from app.memory.embedder import TextEmbedder
 
 OFFLOAD_ABOVE = 20_000
 """Dense searches over more vectors than this run in a thread (~2 ms and up), not on the loop."""
+FEEDBACK_DOCS = 5
+FEEDBACK_TERMS = 10
+FEEDBACK_WEIGHT = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,55 +72,86 @@ class Searcher:
     ) -> list[Hit]:
         """The user's best memories for `query`, best first, at most `limit`, none below
         `min_score`, only of `types` when given."""
-        entry, vectors = await asyncio.gather(
-            self._cache.get(user_id), self._embedder.embed([query])
+        entry, vector = await asyncio.gather(
+            self._cache.get(user_id), self._embedder.embed_query(query)
         )
         if not len(entry):
             return []
         async with entry.lock:
-            return await self._rank(entry, query, vectors[0], limit, min_score, set(types))
+            wanted = max(self._candidates, limit * 4 if types else limit)
+            if entry.vectors.vectors > OFFLOAD_ABOVE:
+                dense = await asyncio.to_thread(entry.vectors.search, vector, wanted)
+            else:
+                dense = entry.vectors.search(vector, wanted)
+            hits = self._rank(entry, query, vector, dense, wanted)
+        chosen = [h for h in hits if h.score >= min_score]
+        if types:
+            allowed = set(types)
+            chosen = [h for h in chosen if entry.types.get(h.key) in allowed]
+        return chosen[:limit]
 
-    async def _rank(
+    def _rank(
         self,
         entry: UserIndex,
         query: str,
         vector: np.ndarray,
-        limit: int,
-        min_score: float,
-        types: set[str],
+        dense: tuple[np.ndarray, np.ndarray],
+        wanted: int,
     ) -> list[Hit]:
-        wanted = max(self._candidates, limit * 4) if types else max(self._candidates, limit)
-        if len(entry.vectors) > OFFLOAD_ABOVE:
-            dense_keys, dense = await asyncio.to_thread(entry.vectors.search, vector, wanted)
-        else:
-            dense_keys, dense = entry.vectors.search(vector, wanted)
-        lexical_keys, lexical = entry.lexical.scores(query)
-        if len(lexical_keys) > wanted:
-            top = np.argpartition(lexical, -wanted)[-wanted:]
-            top_keys = lexical_keys[top]
-        else:
-            top_keys = lexical_keys
-        keys = np.union1d(dense_keys, top_keys)
-
-        dense_of = dict(zip(dense_keys.tolist(), dense.tolist(), strict=True))
-        missing = np.array([k for k in keys.tolist() if k not in dense_of], dtype=np.int64)
-        extra = entry.vectors.similarity(vector, missing)
-        dense_of.update(zip(missing.tolist(), extra.tolist(), strict=True))
-        order = np.argsort(lexical_keys)
-        sorted_keys, sorted_scores = lexical_keys[order], lexical[order]
-        where = np.searchsorted(sorted_keys, keys)
-        where = np.minimum(where, max(len(sorted_keys) - 1, 0))
-        found = (sorted_keys[where] == keys) if len(sorted_keys) else np.zeros(len(keys), bool)
-        lexical_of = np.where(found, sorted_scores[where] if len(sorted_keys) else 0.0, 0.0)
-
-        hits = []
+        lexical = entry.lexical
+        terms = lexical.analyzer.query_terms(query)
+        by_query = lexical.score_terms(terms)
+        candidates = np.union1d(dense[0], _top(by_query, wanted))
+        cosine = _Cosines(entry, vector, dense)
         w = self._weight
-        for key, lex in zip(keys.tolist(), lexical_of.tolist(), strict=True):
-            if types and entry.types.get(key) not in types:
-                continue
-            cosine = dense_of[key]
-            score = w * max(cosine, 0.0) + (1.0 - w) * lex
-            if score >= min_score:
-                hits.append(Hit(key, score, cosine, lex))
-        hits.sort(key=lambda h: (-h.score, -h.key))
-        return hits[:limit]
+
+        # first pass: which memories the feedback terms come from
+        first = w * np.maximum(cosine.of(candidates), 0) + (1 - w) * _lookup(by_query, candidates)
+        best = candidates[np.argsort(-first, kind="stable")[:FEEDBACK_DOCS]]
+        feedback_terms = lexical.feedback_terms(best.tolist(), terms, limit=FEEDBACK_TERMS)
+        by_feedback = lexical.score_terms(feedback_terms)
+        candidates = np.union1d(candidates, _top(by_feedback, wanted))
+
+        lex = (
+            _lookup(by_query, candidates) + FEEDBACK_WEIGHT * _lookup(by_feedback, candidates)
+        ) / (1 + FEEDBACK_WEIGHT)
+        cos = cosine.of(candidates)
+        scores = w * np.maximum(cos, 0) + (1 - w) * lex
+        order = np.lexsort((-candidates, -scores))
+        return [
+            Hit(int(candidates[i]), float(scores[i]), float(cos[i]), float(lex[i])) for i in order
+        ]
+
+
+class _Cosines:
+    """Dense scores of candidates: from the search, or computed for those it did not return."""
+
+    def __init__(
+        self, entry: UserIndex, vector: np.ndarray, dense: tuple[np.ndarray, np.ndarray]
+    ) -> None:
+        self._entry = entry
+        self._vector = vector
+        self._known = dict(zip(dense[0].tolist(), dense[1].tolist(), strict=True))
+
+    def of(self, keys: np.ndarray) -> np.ndarray:
+        missing = np.array([k for k in keys.tolist() if k not in self._known], dtype=np.int64)
+        if len(missing):
+            extra = self._entry.vectors.similarity(self._vector, missing)
+            self._known.update(zip(missing.tolist(), extra.tolist(), strict=True))
+        return np.array([self._known[k] for k in keys.tolist()], dtype=np.float32)
+
+
+def _top(scored: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
+    keys, scores = scored
+    if len(keys) <= k:
+        return keys
+    return keys[np.argpartition(scores, -k)[-k:]]
+
+
+def _lookup(scored: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
+    """Scores of `keys` in a (sorted keys, scores) pair; 0 where absent."""
+    known, scores = scored
+    if not len(known):
+        return np.zeros(len(keys), dtype=np.float32)
+    where = np.minimum(np.searchsorted(known, keys), len(known) - 1)
+    return np.where(known[where] == keys, scores[where], 0.0).astype(np.float32)

@@ -108,3 +108,41 @@ def record_of(row: Memory, *, embedding: bool = True) -> MemoryRecord:
         embedding=row.embedding if embedding else None,
         embedding_model=row.embedding_model,
     )
+
+
+def record_of_row(row: Any) -> MemoryRecord:
+    """A record from a Core row of ``RECORD_COLUMNS`` (no ORM object: ~1 ms less per search)."""
+    return MemoryRecord(
+        key=row.key,
+        id=row.id,
+        user_id=row.user_id,
+        content=row.content,
+        type=row.type,
+        metadata=dict(row.metadata or {}),
+        source=row.source,
+        pinned=row.pinned,
+        created_at=aware(row.created_at),
+        updated_at=aware(row.updated_at),
+        recall_count=row.recall_count,
+        last_recalled_at=aware(row.last_recalled_at) if row.last_recalled_at else None,
+        embedding=None,
+        embedding_model=row.embedding_model,
+    )
+
+
+RECORD_COLUMNS = (
+    Memory.key,
+    Memory.id,
+    Memory.user_id,
+    Memory.content,
+    Memory.type,
+    Memory.meta.label("metadata"),
+    Memory.source,
+    Memory.pinned,
+    Memory.created_at,
+    Memory.updated_at,
+    Memory.recall_count,
+    Memory.last_recalled_at,
+    Memory.embedding_model,
+)
+"""Every column but the embedding."""

@@ -12,12 +12,11 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
-from app.memory.cache import EMBED_BATCH, IndexCache
+from app.memory.cache import IndexCache
 from app.memory.context import fit_budget
 from app.memory.embedder import TextEmbedder
 from app.memory.models import MemoryType
+from app.memory.parts import decode, embed_memories, encode, vector_model
 from app.memory.recall import Hit, Searcher
 from app.memory.records import MemoryRecord, NewMemory, Written
 from app.memory.store import MemoryStore
@@ -48,35 +47,36 @@ class MemoryService:
     async def add(self, user_id: str, items: Sequence[NewMemory]) -> Written:
         """Create memories (embedded in batches); items with an existing id are kept as they are
         (``Written.created`` tells them apart)."""
-        vectors = await self._embed([item.content for item in items])
-        model = self.embedder.model_name
+        vectors = await embed_memories(self.embedder, [item.content for item in items])
+        model = vector_model(self.embedder)
         prepared = [
-            replace(item, embedding=_bytes(vector), embedding_model=model)
-            for item, vector in zip(items, vectors, strict=True)
+            replace(item, embedding=encode(v), embedding_model=model)
+            for item, v in zip(items, vectors, strict=True)
         ]
         written = await self.store.add(user_id, prepared)
         fresh = [i for i, created in enumerate(written.created) if created]
         if fresh:
             records = [written.records[i] for i in fresh]
-            self.cache.written(user_id, Written(records, written.version, [True] * len(fresh)),
-                               vectors[fresh])  # fmt: skip
+            self.cache.written(
+                user_id,
+                Written(records, written.version, [True] * len(fresh)),
+                [vectors[i] for i in fresh],
+            )
         return written
 
     async def update(self, user_id: str, memory_id: str, **changes: Any) -> MemoryRecord | None:
         """Change content, type, metadata or pinned; new content is embedded again."""
-        vector = None
+        model = vector_model(self.embedder)
         if "content" in changes:
-            vector = (await self._embed([changes["content"]]))[0]
-            changes.update(embedding=_bytes(vector), embedding_model=self.embedder.model_name)
+            (vectors,) = await embed_memories(self.embedder, [changes["content"]])
+            changes.update(embedding=encode(vectors), embedding_model=model)
         written = await self.store.update(user_id, memory_id, **changes)
         if written is None:
             return None
         (record,) = written.records
-        if vector is None:
-            vector = np.frombuffer(record.embedding or b"", dtype=np.float32)
-            if record.embedding_model != self.embedder.model_name or not len(vector):
-                return record  # stale vector: the index catches up from the store
-        self.cache.written(user_id, written, vector.reshape(1, -1))
+        if record.embedding is not None and record.embedding_model == model:
+            self.cache.written(user_id, written, [decode(record.embedding, self.embedder.dim)])
+        # else: a vector of another model; the index re-embeds it when it catches up
         return record
 
     async def delete(self, user_id: str, memory_ids: Sequence[str]) -> int:
@@ -146,16 +146,3 @@ class MemoryService:
 
     async def mark_recalled(self, user_id: str, found: Sequence[Found]) -> None:
         await self.store.mark_recalled(user_id, [f.memory.key for f in found])
-
-    async def _embed(self, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.embedder.dim), dtype=np.float32)
-        parts = [
-            await self.embedder.embed(texts[i : i + EMBED_BATCH])
-            for i in range(0, len(texts), EMBED_BATCH)
-        ]
-        return np.concatenate(parts)
-
-
-def _bytes(vector: np.ndarray) -> bytes:
-    return vector.astype("<f4").tobytes()

@@ -1,0 +1,210 @@
+"""Recall quality on LoCoMo-format conversations, through memproxy's HTTP memory API.
+
+For each conversation: every dialog turn becomes one memory of one user (``[<session date>]
+<speaker>: <text>``, plus `` (shares photo: <caption>)``), imported with ``/v1/memories/batch``;
+each question of categories 1-4 is asked with ``/v1/memories/search`` (``min_score`` 0, limit
+20), and the ranks of its evidence turns give recall@1/5/10/20 (share of a question's evidence
+in the top k, averaged over questions) and MRR, overall and per category, plus search latency.
+
+    python bench/recall_eval.py                          # the dev file, an in-process app
+    python bench/recall_eval.py --dense-weight 0         # BM25 side alone (1: dense alone)
+    python bench/recall_eval.py --quantize all           # int8 for memories too (none: fp32 only)
+    python bench/recall_eval.py --url http://127.0.0.1:8000   # a running memproxy
+
+Evidence ids are normalised ("D30:05" -> "D30:5", "D:11:26" -> "D11:26", "D9:1 D4:4" split);
+ids naming no turn are dropped and counted; a question left with none is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+KS = (1, 5, 10, 20)
+
+
+def turns_of(conversation: dict[str, Any]) -> list[tuple[str, str]]:
+    """(dia_id, memory text) for every turn, sessions in order."""
+    sessions = sorted(
+        (int(m.group(1)), key)
+        for key in conversation
+        if (m := re.fullmatch(r"session_(\d+)", key)) and isinstance(conversation[key], list)
+    )
+    out = []
+    for number, key in sessions:
+        date = conversation.get(f"session_{number}_date_time", "")
+        for turn in conversation[key]:
+            text = f"[{date}] {turn['speaker']}: {turn['text']}"
+            if turn.get("blip_caption"):
+                text += f" (shares photo: {turn['blip_caption']})"
+            out.append((turn["dia_id"], text))
+    return out
+
+
+def normalise_evidence(raw: list[str], known: set[str]) -> tuple[list[str], int]:
+    ids, dropped = [], 0
+    for item in raw:
+        for part in re.split(r"[\s;,]+", item.strip()):
+            if not part:
+                continue
+            m = re.fullmatch(r"D:?(\d+):0*(\d+)", part)
+            fixed = f"D{m.group(1)}:{m.group(2)}" if m else part
+            if fixed in known:
+                ids.append(fixed)
+            else:
+                dropped += 1
+    return list(dict.fromkeys(ids)), dropped
+
+
+async def evaluate(client: httpx.AsyncClient, data: list[dict[str, Any]]) -> dict[str, Any]:
+    per_question: list[tuple[int, dict[int, float], float]] = []
+    latencies: list[float] = []
+    dropped = skipped = 0
+    import_seconds = 0.0
+    imported = 0
+    for sample in data:
+        user = {"X-User-Id": f"locomo-{sample['sample_id']}-{uuid.uuid4().hex[:6]}"}
+        turns = turns_of(sample["conversation"])
+        id_to_dia: dict[str, str] = {}
+        started = time.perf_counter()
+        for start in range(0, len(turns), 1000):
+            chunk = turns[start : start + 1000]
+            body = {"memories": [{"content": text, "metadata": {"dia_id": d}} for d, text in chunk]}
+            response = await client.post("/v1/memories/batch", json=body, headers=user)
+            response.raise_for_status()
+            for memory, (dia, _) in zip(response.json()["data"], chunk, strict=True):
+                id_to_dia[memory["id"]] = dia
+        import_seconds += time.perf_counter() - started
+        imported += len(turns)
+        known = {d for d, _ in turns}
+        for qa in sample["qa"]:
+            category = int(qa.get("category", 0))
+            if category not in CATEGORIES:
+                continue
+            evidence, lost = normalise_evidence(qa.get("evidence", []), known)
+            dropped += lost
+            if not evidence:
+                skipped += 1
+                continue
+            started = time.perf_counter()
+            response = await client.post(
+                "/v1/memories/search",
+                json={"query": qa["question"], "limit": max(KS), "min_score": 0},
+                headers=user,
+            )
+            latencies.append(time.perf_counter() - started)
+            response.raise_for_status()
+            ranked = [id_to_dia[h["id"]] for h in response.json()["data"]]
+            recall = {k: len(set(ranked[:k]) & set(evidence)) / len(evidence) for k in KS}
+            first = next((i for i, d in enumerate(ranked) if d in evidence), None)
+            per_question.append((category, recall, 0.0 if first is None else 1.0 / (first + 1)))
+    return {
+        "questions": per_question,
+        "latencies": latencies,
+        "dropped_evidence": dropped,
+        "skipped_questions": skipped,
+        "imported": imported,
+        "import_seconds": import_seconds,
+    }
+
+
+def report(result: dict[str, Any]) -> None:
+    questions = result["questions"]
+    groups: dict[str, list[tuple[int, dict[int, float], float]]] = defaultdict(list)
+    for item in questions:
+        groups["all"].append(item)
+        groups[CATEGORIES[item[0]]].append(item)
+    print(
+        f"{'subset':<12} {'n':>4} " + " ".join(f"{'R@' + str(k):>6}" for k in KS) + f" {'MRR':>6}"
+    )
+    for name in ["all", *CATEGORIES.values()]:
+        items = groups.get(name, [])
+        if not items:
+            continue
+        recalls = " ".join(f"{statistics.fmean(r[k] for _, r, _ in items):6.3f}" for k in KS)
+        mrr = statistics.fmean(m for _, _, m in items)
+        print(f"{name:<12} {len(items):>4} {recalls} {mrr:6.3f}")
+    lat = sorted(result["latencies"])
+    p50 = lat[len(lat) // 2] * 1000
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
+    print(
+        f"search latency over HTTP: p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(lat)} queries); "
+        f"import {result['imported']} memories in {result['import_seconds']:.1f} s "
+        f"({result['imported'] / max(result['import_seconds'], 1e-9):.0f}/s)"
+    )
+    print(
+        f"evidence ids dropped (naming no turn): {result['dropped_evidence']}; "
+        f"questions skipped (no evidence left): {result['skipped_questions']}"
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--url", help="a running memproxy (default: an in-process app)")
+    parser.add_argument("--key", help="bearer key for --url")
+    parser.add_argument("--dense-weight", type=float, help="MEMPROXY_DENSE_WEIGHT for the app")
+    parser.add_argument(
+        "--quantize", choices=["queries", "all", "none"], default="queries",
+        help="MEMPROXY_EMBEDDING_QUANTIZE: which texts the int8 export embeds",
+    )  # fmt: skip
+    parser.add_argument("--model", default="", help="MEMPROXY_EMBEDDING_MODEL (a local folder)")
+    args = parser.parse_args()
+    data = json.loads(args.data.read_text())
+
+    async with AsyncExitStack() as stack:
+        if args.url:
+            headers = {"Authorization": f"Bearer {args.key}"} if args.key else {}
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(base_url=args.url, headers=headers, timeout=300)
+            )
+            print(f"memproxy at {args.url}")
+        else:
+            from app.config import Settings
+            from app.main import create_app
+
+            folder = stack.enter_context(tempfile.TemporaryDirectory())
+            overrides: dict[str, Any] = {
+                "database_url": f"sqlite+aiosqlite:///{folder}/eval.db",
+                "embedding_quantize": args.quantize,
+                "embedding_model": args.model,
+                "embedding_cache_dir": str(ROOT / "data" / "models"),
+            }
+            if args.dense_weight is not None:
+                overrides["dense_weight"] = args.dense_weight
+            settings = Settings(**overrides)
+            app = create_app(settings)
+            await stack.enter_async_context(app.router.lifespan_context(app))
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=app), base_url="http://memproxy", timeout=300
+                )
+            )
+            print(
+                f"in-process memproxy: embedder {app.state.services.memory.embedder.model_name}, "
+                f"dense weight {settings.dense_weight}"
+            )
+        print(f"data: {args.data} ({len(data)} conversations)")
+        report(await evaluate(client, data))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
