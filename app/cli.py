@@ -2,6 +2,8 @@
 
 ``memproxy serve [--host H] [--port P]``   run the proxy (settings from the environment and .env)
 ``memproxy db upgrade``                    bring the database schema to the newest migration
+``memproxy memories list|add|search|delete|export|import --user U``   see app/cli_memory.py
+``memproxy index rebuild [--user U]``      re-embed and check the search indexes
 ``memproxy fake-upstream [--port P]``      run a fake OpenAI-compatible model server, for trying
                                            memproxy (and its README examples) without a real LLM
 """
@@ -15,10 +17,13 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from app import cli_memory
 from app.config import Settings
+from app.memory.embedder import TextEmbedder
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = None) -> int:
+    """Run a command; `embedder` stands in for the model in the memory commands (tests)."""
     parser = argparse.ArgumentParser(prog="memproxy", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -28,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     db = commands.add_parser("db", help="database schema")
     db.add_argument("action", choices=["upgrade"], help="upgrade: apply all pending migrations")
+
+    cli_memory.add_parsers(commands)
 
     fake = commands.add_parser("fake-upstream", help="run a fake OpenAI-compatible upstream")
     fake.add_argument("--host", default="127.0.0.1")
@@ -49,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = Settings().database_url
         asyncio.run(_upgrade(url))
         print(f"database at the newest schema: {url}")
+    elif args.command in ("memories", "index"):
+        return cli_memory.run(args, embedder)
     elif args.command == "fake-upstream":
         from app.devtools.fake_upstream import FakeUpstream
 

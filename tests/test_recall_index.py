@@ -202,13 +202,24 @@ def test_bm25_stems_drops_question_words_and_normalises() -> None:
     index.add(1, "Caroline went to the LGBTQ support group yesterday")
     index.add(2, "Melanie painted a sunrise over the lake")
     index.add(3, "We went camping and painting by the lake")
-    keys, scores = index.scores("When did Melanie paint the sunrise?")
-    by_key = dict(zip(keys.tolist(), scores.tolist(), strict=True))
+    by_key = index.scores("When did Melanie paint the sunrise?").items()
     assert set(by_key) == {2, 3} and by_key[2] > by_key[3]  # "paint" finds "painted"/"painting"
     assert all(0 < s < 1 for s in by_key.values())
     assert Analyzer().query_terms("What did you say about it?") == []
-    assert len(index.scores("when did")[0]) == 0  # only question words: nothing to match
+    assert index.scores("when did").items() == {}  # only question words: nothing to match
+    scores = index.scores("lake")
+    lake = scores.items()
+    assert np.allclose(scores.of(np.array([3, 1, 99])), [lake[3], 0, 0])
+    assert set(scores.top(5).tolist()) == {2, 3}
+    (best,) = scores.top(1).tolist()
+    assert lake[best] == max(lake.values())
+
     index.remove(2)
     index.add(3, "replaced text about sushi")
-    assert index.scores("Melanie sunrise lake")[0].tolist() == []
-    assert index.scores("sushi")[0].tolist() == [3] and len(index) == 2
+    index.add(4, "a lake again, in the slot 2 left")  # slots are reused
+    assert index.scores("Melanie sunrise").items() == {}
+    assert set(index.scores("sushi").items()) == {3} and len(index) == 3
+    assert set(index.scores("lake").items()) == {4}
+    for key in range(10, 200):  # the slot arrays grow
+        index.add(key, f"note number {key} about kayaks")
+    assert len(index.scores("kayaks").items()) == 190 and len(index.scores("kayaks").top(7)) == 7

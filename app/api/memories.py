@@ -5,30 +5,29 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Query, Request
-from pydantic import ValidationError
 from starlette.responses import Response, StreamingResponse
 
 from app.deps import MemoryCaller, MemoryCallerDep
 from app.errors import Conflict, InvalidRequest, NotFound, ValidationFailed
-from app.memory.models import MemorySource, MemoryType
+from app.memory.models import MemoryType
 from app.memory.records import NewMemory
 from app.memory.store import IdTaken
 from app.proxy.body import read_body
 from app.schemas.memories import (
-    MAX_BATCH,
     Deleted,
     ImportResult,
     MemoryBatchCreate,
     MemoryCreate,
     MemoryHit,
-    MemoryImport,
     MemoryList,
     MemoryPublic,
     MemorySearch,
     MemoryUpdate,
     SearchResults,
+    check_length,
+    export_line,
+    read_import,
 )
 from app.schemas.openai import ErrorResponse
 
@@ -36,7 +35,6 @@ router = APIRouter(prefix="/v1/memories", tags=["memories"])
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422)
 }
-MAX_IMPORT_LINES = 10 * MAX_BATCH
 
 
 @router.post("", status_code=201, responses=_ERRORS)
@@ -119,7 +117,7 @@ async def export_memories(caller: MemoryCallerDep) -> Response:
 
     async def lines() -> AsyncIterator[bytes]:
         async for record in caller.memory.export(caller.user_id):
-            yield orjson.dumps(MemoryPublic.of(record).model_dump(mode="json")) + b"\n"
+            yield export_line(record)
 
     return StreamingResponse(
         lines(),
@@ -132,34 +130,9 @@ async def export_memories(caller: MemoryCallerDep) -> Response:
 async def import_memories(request: Request, caller: MemoryCallerDep) -> ImportResult:
     """JSON Lines, one memory each (an export's lines); idempotent on id."""
     raw = await read_body(request, caller.settings.max_body_bytes)
-    items: list[MemoryImport] = []
-    for number, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        if len(items) >= MAX_IMPORT_LINES:
-            raise InvalidRequest(f"at most {MAX_IMPORT_LINES} memories per import", code="too_many")
-        try:
-            item = MemoryImport.model_validate_json(line)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ValidationFailed(
-                f"line {number}: {first['msg']}",
-                param=f"line {number}" + (f".{where}" * bool(where)),
-            ) from None
-        _check_length(caller, item.content, f"line {number}.content")
-        items.append(item)
-    if not items:
-        raise InvalidRequest("nothing to import: send JSON Lines, one memory each", code="empty")
-    new = [
-        NewMemory(
-            content=i.content, type=i.type, metadata=i.metadata, pinned=i.pinned,
-            source=MemorySource.IMPORT, id=i.id, created_at=i.created_at,
-        )
-        for i in items
-    ]  # fmt: skip
+    items = read_import(raw, caller.settings.memory_max_chars)
     try:
-        written = await caller.memory.add(caller.user_id, new)
+        written = await caller.memory.add(caller.user_id, items)
     except IdTaken as exc:
         raise Conflict(
             f"memory id {exc} is already in use; give the memory another id", param="id"
@@ -217,14 +190,7 @@ def _new(body: MemoryCreate) -> NewMemory:
 
 
 def _check_length(caller: MemoryCaller, content: str, param: str) -> None:
-    limit = caller.settings.memory_max_chars
-    if len(content) > limit:
-        raise ValidationFailed(
-            f"content is {len(content)} characters; at most {limit} are accepted "
-            "(MEMPROXY_MEMORY_MAX_CHARS)",
-            param=param,
-            code="content_too_long",
-        )
+    check_length(content, caller.settings.memory_max_chars, param)
 
 
 def _not_found(memory_id: str) -> NotFound:

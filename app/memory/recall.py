@@ -30,6 +30,7 @@ import numpy as np
 
 from app.memory.cache import IndexCache, UserIndex
 from app.memory.embedder import TextEmbedder
+from app.memory.lexical import Scores
 
 OFFLOAD_ABOVE = 20_000
 """Dense searches over more vectors than this run in a thread (~2 ms and up), not on the loop."""
@@ -72,18 +73,27 @@ class Searcher:
     ) -> list[Hit]:
         """The user's best memories for `query`, best first, at most `limit`, none below
         `min_score`, only of `types` when given."""
-        entry, vector = await asyncio.gather(
-            self._cache.get(user_id), self._embedder.embed_query(query)
-        )
+        # The query is embedded on the embedder's thread while the index is checked and BM25
+        # scores the query here: neither needs the other.
+        embedding = asyncio.ensure_future(self._embedder.embed_query(query))
+        try:
+            entry = await self._cache.get(user_id)
+        except BaseException:
+            embedding.cancel()
+            raise
         if not len(entry):
+            embedding.cancel()
             return []
         async with entry.lock:
+            terms = entry.lexical.analyzer.query_terms(query)
+            by_query = entry.lexical.score_terms(terms)
+            vector = await embedding
             wanted = max(self._candidates, limit * 4 if types else limit)
             if entry.vectors.vectors > OFFLOAD_ABOVE:
                 dense = await asyncio.to_thread(entry.vectors.search, vector, wanted)
             else:
                 dense = entry.vectors.search(vector, wanted)
-            hits = self._rank(entry, query, vector, dense, wanted)
+            hits = self._rank(entry, terms, by_query, vector, dense, wanted)
         chosen = [h for h in hits if h.score >= min_score]
         if types:
             allowed = set(types)
@@ -93,28 +103,27 @@ class Searcher:
     def _rank(
         self,
         entry: UserIndex,
-        query: str,
+        terms: list[str],
+        by_query: Scores,
         vector: np.ndarray,
         dense: tuple[np.ndarray, np.ndarray],
         wanted: int,
     ) -> list[Hit]:
         lexical = entry.lexical
-        terms = lexical.analyzer.query_terms(query)
-        by_query = lexical.score_terms(terms)
-        candidates = np.union1d(dense[0], _top(by_query, wanted))
+        candidates = np.union1d(dense[0], by_query.top(wanted))
         cosine = _Cosines(entry, vector, dense)
         w = self._weight
 
         # first pass: which memories the feedback terms come from
-        first = w * np.maximum(cosine.of(candidates), 0) + (1 - w) * _lookup(by_query, candidates)
+        first = w * np.maximum(cosine.of(candidates), 0) + (1 - w) * by_query.of(candidates)
         best = candidates[np.argsort(-first, kind="stable")[:FEEDBACK_DOCS]]
         feedback_terms = lexical.feedback_terms(best.tolist(), terms, limit=FEEDBACK_TERMS)
         by_feedback = lexical.score_terms(feedback_terms)
-        candidates = np.union1d(candidates, _top(by_feedback, wanted))
+        candidates = np.union1d(candidates, by_feedback.top(wanted))
 
-        lex = (
-            _lookup(by_query, candidates) + FEEDBACK_WEIGHT * _lookup(by_feedback, candidates)
-        ) / (1 + FEEDBACK_WEIGHT)
+        from_query = by_query.of(candidates)
+        from_feedback = by_feedback.of(candidates)
+        lex = (from_query + FEEDBACK_WEIGHT * from_feedback) / (1 + FEEDBACK_WEIGHT)
         cos = cosine.of(candidates)
         scores = w * np.maximum(cos, 0) + (1 - w) * lex
         order = np.lexsort((-candidates, -scores))
@@ -139,19 +148,3 @@ class _Cosines:
             extra = self._entry.vectors.similarity(self._vector, missing)
             self._known.update(zip(missing.tolist(), extra.tolist(), strict=True))
         return np.array([self._known[k] for k in keys.tolist()], dtype=np.float32)
-
-
-def _top(scored: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
-    keys, scores = scored
-    if len(keys) <= k:
-        return keys
-    return keys[np.argpartition(scores, -k)[-k:]]
-
-
-def _lookup(scored: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
-    """Scores of `keys` in a (sorted keys, scores) pair; 0 where absent."""
-    known, scores = scored
-    if not len(known):
-        return np.zeros(len(keys), dtype=np.float32)
-    where = np.minimum(np.searchsorted(known, keys), len(known) - 1)
-    return np.where(known[where] == keys, scores[where], 0.0).astype(np.float32)

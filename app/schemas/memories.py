@@ -10,12 +10,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from app.memory.models import MemoryType
-from app.memory.records import MemoryRecord
+from app.errors import InvalidRequest, ValidationFailed
+from app.memory.models import MemorySource, MemoryType
+from app.memory.records import MemoryRecord, NewMemory
 
 MAX_BATCH = 1000
+MAX_IMPORT_LINES = 10 * MAX_BATCH
 MAX_METADATA_BYTES = 16_384
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,36}$"
 
@@ -32,8 +35,6 @@ def _content(value: str) -> str:
 
 
 def _metadata(value: dict[str, Any]) -> dict[str, Any]:
-    import orjson
-
     if len(orjson.dumps(value)) > MAX_METADATA_BYTES:
         raise ValueError(f"metadata must be at most {MAX_METADATA_BYTES} bytes as JSON")
     return value
@@ -162,3 +163,46 @@ class ImportResult(BaseModel):
     """Memories created."""
     skipped: int
     """Lines whose id already existed for this user (imports are idempotent on id)."""
+
+
+def check_length(content: str, limit: int, param: str) -> None:
+    """422 when `content` is longer than `MEMPROXY_MEMORY_MAX_CHARS` (`limit`)."""
+    if len(content) > limit:
+        raise ValidationFailed(
+            f"content is {len(content)} characters; at most {limit} are accepted "
+            "(MEMPROXY_MEMORY_MAX_CHARS)",
+            param=param,
+            code="content_too_long",
+        )
+
+
+def export_line(record: MemoryRecord) -> bytes:
+    """One memory as a line of an export (JSON Lines)."""
+    return orjson.dumps(MemoryPublic.of(record).model_dump(mode="json")) + b"\n"
+
+
+def read_import(raw: bytes, max_chars: int) -> list[NewMemory]:
+    """An export's lines (JSON Lines, blank lines skipped) as memories to import; the first bad
+    line is a 422 naming it (``param`` = ``line N.field``)."""
+    items: list[NewMemory] = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if len(items) >= MAX_IMPORT_LINES:
+            raise InvalidRequest(f"at most {MAX_IMPORT_LINES} memories per import", code="too_many")
+        try:
+            item = MemoryImport.model_validate_json(line)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join([f"line {number}", *(str(p) for p in first["loc"])])
+            raise ValidationFailed(f"line {number}: {first['msg']}", param=where) from None
+        check_length(item.content, max_chars, f"line {number}.content")
+        items.append(
+            NewMemory(
+                content=item.content, type=item.type, metadata=item.metadata, pinned=item.pinned,
+                source=MemorySource.IMPORT, id=item.id, created_at=item.created_at,
+            )
+        )  # fmt: skip
+    if not items:
+        raise InvalidRequest("nothing to import: send JSON Lines, one memory each", code="empty")
+    return items

@@ -1,0 +1,233 @@
+"""``memproxy memories ...`` and ``memproxy index rebuild``: the memory API for operators, straight
+on the database (same service, same validation, same limits as the HTTP API).
+
+    memproxy memories list   --user U [--type T] [--contains TEXT] [--limit N] [--json]
+    memproxy memories add    --user U "content" [--type T] [--pinned] [--metadata JSON]
+    memproxy memories search --user U "query" [--limit N] [--min-score S] [--json]
+    memproxy memories delete --user U ID [ID ...] | --all --yes
+    memproxy memories export --user U [--output FILE]        (JSON Lines; stdout by default)
+    memproxy memories import --user U [FILE]                 (JSON Lines; stdin by default)
+    memproxy index rebuild [--user U]   re-embed what the configured model has no vectors for,
+                                        and check every user's index builds (with progress)
+
+Exit status: 0 done, 1 nothing found (get/delete of unknown ids), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from app.config import Settings
+from app.errors import MemproxyError
+from app.memory.db import create_engine, upgrade
+from app.memory.embedder import TextEmbedder, load_embedder
+from app.memory.models import MemoryType
+from app.memory.records import NewMemory
+from app.memory.service import MemoryService
+from app.memory.store import IdTaken, MemoryStore
+from app.schemas.memories import MemoryCreate, check_length, export_line, read_import
+
+
+def add_parsers(commands: Any) -> None:
+    memories = commands.add_parser("memories", help="list, add, search, delete, export, import")
+    actions = memories.add_subparsers(dest="action", required=True)
+    user = argparse.ArgumentParser(add_help=False)
+    user.add_argument("--user", required=True, help="the user whose memories to act on")
+
+    listing = actions.add_parser("list", parents=[user])
+    listing.add_argument("--type", action="append", choices=[t.value for t in MemoryType])
+    listing.add_argument("--contains")
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
+
+    add = actions.add_parser("add", parents=[user])
+    add.add_argument("content")
+    add.add_argument("--type", default="fact", choices=[t.value for t in MemoryType])
+    add.add_argument("--pinned", action="store_true")
+    add.add_argument("--metadata", default="{}", help="a JSON object")
+
+    search = actions.add_parser("search", parents=[user])
+    search.add_argument("query")
+    search.add_argument("--limit", type=int, default=10)
+    search.add_argument("--min-score", type=float, help="default MEMPROXY_RELEVANCE_THRESHOLD")
+    search.add_argument("--json", action="store_true")
+
+    delete = actions.add_parser("delete", parents=[user])
+    delete.add_argument("ids", nargs="*")
+    delete.add_argument("--all", action="store_true", help="every memory of the user")
+    delete.add_argument("--yes", action="store_true", help="confirm --all")
+
+    export = actions.add_parser("export", parents=[user])
+    export.add_argument("--output", help="file to write (default: standard output)")
+
+    imports = actions.add_parser("import", parents=[user])
+    imports.add_argument("file", nargs="?", help="JSON Lines file (default: standard input)")
+
+    index = commands.add_parser("index", help="search indexes")
+    index.add_argument("action", choices=["rebuild"])
+    index.add_argument("--user", help="only this user (default: every user)")
+
+
+def run(args: argparse.Namespace, embedder: TextEmbedder | None = None) -> int:
+    """Run a `memories` or `index` command; `embedder` replaces the model (tests)."""
+    settings = Settings()
+    console = Console(stderr=True)
+    try:
+        return asyncio.run(_run(args, settings, embedder, console))
+    except (MemproxyError, IdTaken, ValidationError, ValueError, OSError) as exc:
+        console.print(f"[red]error:[/red] {_message(exc)}")
+        return 2
+
+
+async def _run(
+    args: argparse.Namespace, settings: Settings, embedder: TextEmbedder | None, console: Console
+) -> int:
+    engine = create_engine(
+        settings.database_url, busy_timeout_seconds=settings.sqlite_busy_timeout_seconds
+    )
+    await upgrade(engine)
+    model = embedder if embedder is not None else await asyncio.to_thread(load_embedder, settings)
+    memory = MemoryService(MemoryStore(engine), model, dense_weight=settings.dense_weight)
+    try:
+        handler = _HANDLERS[args.action if args.command == "memories" else "rebuild"]
+        return await handler(memory, settings, args, console)
+    finally:
+        await engine.dispose()
+        if embedder is None:
+            model.close()
+
+
+async def _list(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
+    types = [MemoryType(t) for t in args.type or ()]
+    records, total = await memory.page(
+        args.user, types=types, contains=args.contains, limit=args.limit
+    )
+    if args.json:
+        sys.stdout.buffer.write(b"".join(export_line(r) for r in records))
+        return 0
+    table = Table("id", "type", "created", "content", title=f"{total} memories of {args.user}")
+    for r in records:
+        table.add_row(r.id, r.type, r.created_at.date().isoformat(), r.content)
+    Console().print(table)
+    return 0
+
+
+async def _add(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
+    body = MemoryCreate(
+        content=args.content,
+        type=args.type,
+        pinned=args.pinned,
+        metadata=orjson.loads(args.metadata),
+    )
+    check_length(body.content, settings.memory_max_chars, "content")
+    item = NewMemory(body.content, body.type, body.metadata, body.pinned)
+    (record,) = (await memory.add(args.user, [item])).records
+    print(record.id)
+    return 0
+
+
+async def _search(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
+    if not 1 <= args.limit <= 100:
+        raise ValueError("--limit must be between 1 and 100")
+    min_score = settings.relevance_threshold if args.min_score is None else args.min_score
+    found = await memory.search(args.user, args.query, limit=args.limit, min_score=min_score)
+    if args.json:
+        for f in found:
+            line = orjson.loads(export_line(f.memory)) | {"score": round(f.hit.score, 6)}
+            sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
+        return 0
+    table = Table("score", "id", "created", "content", title=f"{len(found)} found")
+    for f in found:
+        table.add_row(f"{f.hit.score:.3f}", f.memory.id, f.memory.created_at.date().isoformat(),
+                      f.memory.content)  # fmt: skip
+    Console().print(table)
+    return 0
+
+
+async def _delete(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
+    if args.all:
+        if not args.yes or args.ids:
+            raise ValueError("--all deletes every memory of the user: add --yes (and no ids)")
+        console.print(f"deleted {await memory.delete_all(args.user)} memories of {args.user}")
+        return 0
+    if not args.ids:
+        raise ValueError("name the ids to delete, or --all --yes")
+    deleted = await memory.delete(args.user, args.ids)
+    console.print(f"deleted {deleted} of {len(args.ids)}")
+    return 0 if deleted == len(args.ids) else 1
+
+
+async def _export(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
+    out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115 (or stdout)
+    count = 0
+    try:
+        async for record in memory.export(args.user):
+            out.write(export_line(record))
+            count += 1
+    finally:
+        if args.output:
+            out.close()
+    console.print(f"exported {count} memories of {args.user}")
+    return 0
+
+
+async def _import(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
+    if args.file:
+        with open(args.file, "rb") as source:
+            raw = source.read()
+    else:
+        raw = sys.stdin.buffer.read()
+    items = read_import(raw, settings.memory_max_chars)
+    created = sum((await memory.add(args.user, items)).created)
+    console.print(f"imported {created}, skipped {len(items) - created} (ids already there)")
+    return 0
+
+
+async def _rebuild(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
+    users = await memory.store.users()
+    if args.user:
+        users = [(u, n) for u, n in users if u == args.user]
+    with Progress(console=console) as progress:
+        task = progress.add_task("indexing", total=sum(n for _, n in users))
+        for user_id, count in users:
+            memory.cache.forget(user_id)
+            entry = await memory.cache.get(user_id)  # re-embeds what has no vector of this model
+            progress.advance(task, count)
+            memory.cache.forget(user_id)
+            if len(entry) != count:
+                console.print(f"[yellow]{user_id}: {len(entry)} indexed of {count}[/yellow]")
+    console.print(f"indexed {sum(n for _, n in users)} memories of {len(users)} users "
+                  f"with {memory.embedder.model_name}")  # fmt: skip
+    return 0
+
+
+_HANDLERS: dict[str, Callable[[MemoryService, Settings, Any, Console], Awaitable[int]]] = {
+    "list": _list,
+    "add": _add,
+    "search": _search,
+    "delete": _delete,
+    "export": _export,
+    "import": _import,
+    "rebuild": _rebuild,
+}
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, MemproxyError):
+        return f"{exc.message}" + (f" ({exc.param})" if exc.param else "")
+    if isinstance(exc, IdTaken):
+        return f"memory id {exc} is already in use"
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    return str(exc)

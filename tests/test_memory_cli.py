@@ -1,0 +1,146 @@
+"""`memproxy memories ...` and `memproxy index rebuild` on the test's own database (conftest sets
+MEMPROXY_DATABASE_URL), with the fake embedder standing in for the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from app import cli
+from tests.fakes import FakeEmbedder
+
+
+def run(
+    capsys: pytest.CaptureFixture[str], *argv: str, embedder: FakeEmbedder | None = None
+) -> tuple[int, str, str]:
+    code = cli.main(list(argv), embedder=embedder or FakeEmbedder())
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_add_list_search_export_import_delete(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = run(capsys, "memories", "add", "--user", "ann", "My cat Tom is ginger",
+                       "--type", "fact", "--metadata", '{"from": "cli"}')  # fmt: skip
+    assert code == 0
+    cat_id = out.strip()
+    assert (
+        run(capsys, "memories", "add", "--user", "ann", "Prefers tea to coffee", "--pinned")[0] == 0
+    )
+    assert run(capsys, "memories", "add", "--user", "bob", "Bob rides a bike")[0] == 0
+
+    code, out, _ = run(capsys, "memories", "list", "--user", "ann", "--json")
+    listed = [orjson.loads(line) for line in out.splitlines()]
+    assert code == 0 and {m["content"] for m in listed} == {
+        "My cat Tom is ginger",
+        "Prefers tea to coffee",
+    }
+    assert next(m for m in listed if m["id"] == cat_id)["metadata"] == {"from": "cli"}
+    code, out, _ = run(capsys, "memories", "list", "--user", "ann")
+    assert code == 0 and "2 memories of ann" in out and "ginger" in out
+
+    code, out, _ = run(
+        capsys, "memories", "search", "--user", "ann", "what colour is my cat Tom?", "--json"
+    )
+    hits = [orjson.loads(line) for line in out.splitlines()]
+    assert code == 0 and hits[0]["id"] == cat_id and hits[0]["score"] > 0.3
+    code, out, _ = run(
+        capsys,
+        "memories",
+        "search",
+        "--user",
+        "bob",
+        "cat Tom ginger",
+        "--json",
+        "--min-score",
+        "0",
+    )
+    assert [h["content"] for h in map(orjson.loads, out.splitlines())] == ["Bob rides a bike"]
+
+    exported = tmp_path / "ann.jsonl"
+    code, _, err = run(capsys, "memories", "export", "--user", "ann", "--output", str(exported))
+    assert code == 0 and "exported 2" in err and len(exported.read_bytes().splitlines()) == 2
+    code, _, err = run(capsys, "memories", "import", "--user", "ann", str(exported))
+    assert code == 0 and "imported 0, skipped 2" in err
+    moved = tmp_path / "moved.jsonl"
+    moved.write_bytes(b"".join(
+        orjson.dumps({**orjson.loads(line), "id": f"c-{i}"}) + b"\n"
+        for i, line in enumerate(exported.read_bytes().splitlines())
+    ))  # fmt: skip
+    code, _, err = run(capsys, "memories", "import", "--user", "carl", str(moved))
+    assert code == 0 and "imported 2, skipped 0" in err
+
+    code, _, err = run(capsys, "memories", "delete", "--user", "bob", cat_id)
+    assert code == 1 and "deleted 0 of 1" in err  # not bob's to delete
+    code, _, err = run(capsys, "memories", "delete", "--user", "ann", cat_id)
+    assert code == 0 and "deleted 1 of 1" in err
+    code, _, err = run(capsys, "memories", "delete", "--user", "ann", "--all")
+    assert code == 2 and "--yes" in err
+    code, _, err = run(capsys, "memories", "delete", "--user", "ann", "--all", "--yes")
+    assert code == 0 and "deleted 1 memories of ann" in err
+    assert run(capsys, "memories", "list", "--user", "ann", "--json")[1] == ""
+    assert len(run(capsys, "memories", "list", "--user", "carl", "--json")[1].splitlines()) == 2
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["memories", "add", "--user", "ann", "   "], "content must not be empty"),
+    (["memories", "add", "--user", "ann", "x" * 4001], "MEMPROXY_MEMORY_MAX_CHARS"),
+    (["memories", "add", "--user", "ann", "ok", "--metadata", "[1]"], "metadata"),
+    (["memories", "add", "--user", "ann", "ok", "--metadata", "{not json"], "error"),
+    (["memories", "search", "--user", "ann", "q", "--limit", "0"], "--limit"),
+    (["memories", "delete", "--user", "ann"], "name the ids"),
+    (["memories", "import", "--user", "ann", "/no/such/file.jsonl"], "No such file"),
+], ids=["blank", "too long", "metadata list", "metadata not json", "limit", "no ids", "no file"])  # fmt: skip
+def test_bad_input_exits_2_with_a_message_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err
+    assert run(capsys, "memories", "list", "--user", "ann", "--json")[1] == ""
+
+
+def test_bad_import_line_names_the_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    source = tmp_path / "bad.jsonl"
+    source.write_text(
+        '{"id": "a1", "content": "fine"}\n{"id": "a2", "content": "ok", "type": "nope"}\n'
+    )
+    code, _, err = run(capsys, "memories", "import", "--user", "ann", str(source))
+    assert code == 2 and "line 2" in err and "type" in err
+    assert run(capsys, "memories", "list", "--user", "ann", "--json")[1] == ""  # all or nothing
+
+
+def test_unknown_type_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(
+            ["memories", "add", "--user", "ann", "x", "--type", "secret"], embedder=FakeEmbedder()
+        )
+    assert exit_.value.code == 2
+
+
+def test_index_rebuild_re_embeds_with_a_new_model(capsys: pytest.CaptureFixture[str]) -> None:
+    for user, count in (("ann", 3), ("bob", 2)):
+        for i in range(count):
+            run(capsys, "memories", "add", "--user", user, f"memory {i} of {user}")
+    embedder = FakeEmbedder("model-b")
+    code, _, err = run(capsys, "index", "rebuild", embedder=embedder)
+    assert code == 0 and "indexed 5 memories of 2 users with model-b" in err
+    assert sum(len(c) for c in embedder.calls) == 5
+    embedder.calls.clear()
+    code, _, err = run(capsys, "index", "rebuild", "--user", "ann", embedder=embedder)
+    assert code == 0 and "indexed 3 memories of 1 users" in err and embedder.calls == []
+    code, out, _ = run(
+        capsys,
+        "memories",
+        "search",
+        "--user",
+        "bob",
+        "memory 1 of bob",
+        "--json",
+        embedder=embedder,
+    )
+    assert (
+        orjson.loads(out.splitlines()[0])["content"] == "memory 1 of bob" and embedder.calls != []
+    )
