@@ -68,3 +68,9 @@ async def make_client(upstream: respx.Router) -> AsyncIterator[AppClientFactory]
 async def client(make_client: AppClientFactory) -> httpx.AsyncClient:
     result: httpx.AsyncClient = await make_client()
     return result
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the real model's ONNX exports go: made once per test run, shared by its tests."""
+    return tmp_path_factory.mktemp("models")

@@ -21,11 +21,6 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("models")
-
-
-@pytest.fixture(scope="module")
 def embedder(model_cache: Path) -> Iterator[Embedder]:
     instance = Embedder(prepare(bundled_model_path(), str(model_cache), quantize=False))
     yield instance
@@ -71,3 +66,38 @@ def test_export_is_reused_and_bad_folders_are_refused(model_cache: Path, tmp_pat
     assert files.name.endswith(":fp32")
     with pytest.raises(FileNotFoundError):
         prepare(str(tmp_path), str(model_cache), quantize=False)
+
+
+def test_pooling_comes_from_the_models_own_config(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from app.memory.embedder import _pooling
+
+    bundled = Path(bundled_model_path())
+    assert _pooling(bundled) == "mean"
+    assert _pooling(tmp_path) == "mean"  # a plain transformer folder
+    (tmp_path / "1_Pooling").mkdir()
+    config = tmp_path / "1_Pooling" / "config.json"
+    config.write_text(
+        json.dumps({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False})
+    )
+    assert _pooling(tmp_path) == "cls"
+    config.write_text(json.dumps({"pooling_mode_max_tokens": True}))
+    with pytest.raises(ValueError, match="not supported"):
+        _pooling(tmp_path)
+    # and a CLS model's vectors are its first token's, as sentence-transformers computes them
+    copy = tmp_path / "cls-model"
+    shutil.copytree(bundled, copy)
+    (copy / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 384, "pooling_mode_cls_token": True})
+    )
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(copy), device="cpu").encode(
+        TEXTS, normalize_embeddings=True
+    )
+    cls = Embedder(prepare(str(copy), str(tmp_path / "exports"), quantize=False))
+    assert float((cls.encode(TEXTS) * reference).sum(axis=1).min()) > 0.9999
+    cls.close()

@@ -280,3 +280,27 @@ async def test_database_failure_degrades_to_a_chat_without_memories(
     database.close()
     again = await chat(client, [{"role": "user", "content": "Mia violin practice tips"}])
     assert again.headers["x-memories-injected"] == "1"
+
+
+async def test_two_app_instances_on_one_database_see_each_others_writes(
+    make_client: AppClientFactory, route: respx.Route
+) -> None:
+    """Two workers of one deployment: what one learns, the other recalls at its next chat."""
+    one, two = await make_client(), await make_client()
+    question = [{"role": "user", "content": "Mia violin practice tips"}]
+    assert (await chat(two, question)).headers["x-memories-injected"] == "0"  # two's index is warm
+
+    (memory,) = await remember(one, "My daughter Mia plays the violin")
+    assert (await chat(two, question)).headers["x-memories-injected"] == "1"
+    assert "Mia plays the violin" in sent_messages(route)[0]["content"]
+
+    await one.patch(
+        f"/v1/memories/{memory['id']}", json={"content": "My son Leo plays the cello"}, headers=ANN
+    )
+    await chat(two, [{"role": "user", "content": "Leo cello practice tips"}])
+    assert "Leo plays the cello" in sent_messages(route)[0]["content"]
+
+    await one.delete(f"/v1/memories/{memory['id']}", headers=ANN)
+    assert (await chat(two, [{"role": "user", "content": "Leo cello practice tips"}])).headers[
+        "x-memories-injected"
+    ] == "0"

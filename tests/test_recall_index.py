@@ -191,7 +191,7 @@ async def test_concurrent_writes_and_searches_leave_index_and_store_equal(
     await memory.search("ann", "chess", limit=1, min_score=0)
     entry = memory.cache.cached("ann")
     assert entry is not None
-    assert set(entry.types) == await memory.store.keys("ann") and len(entry.vectors) == len(entry)
+    assert set(entry.briefs) == await memory.store.keys("ann") and len(entry.vectors) == len(entry)
     final = await ranking(memory, "ann", ["chess", "tennis"])
     memory.cache.forget()
     assert await ranking(memory, "ann", ["chess", "tennis"]) == final

@@ -21,6 +21,8 @@ import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,6 +39,12 @@ STORE_BATCH = 256
 """Memories embedded and written back per round while loading an index."""
 
 
+class Brief(NamedTuple):
+    type: str
+    content: str
+    created_at: datetime
+
+
 @dataclass(eq=False)
 class UserIndex:
     """One user's memories as search structures. Mutate only while holding `lock`, or
@@ -45,25 +53,26 @@ class UserIndex:
     version: int
     vectors: VectorIndex
     lexical: LexicalIndex
-    types: dict[int, str] = field(default_factory=dict)
+    briefs: dict[int, Brief] = field(default_factory=dict)
+    """What chat recall shows of each memory, so it needs no database read."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __len__(self) -> int:
-        return len(self.types)
+        return len(self.briefs)
 
     def put(self, rows: Sequence[IndexRow], vectors: Sequence[np.ndarray]) -> None:
         """Index rows, each with its (parts, dim) vectors."""
         self.vectors.add([r.key for r in rows], vectors)
         for row in rows:
             self.lexical.add(row.key, row.content)
-            self.types[row.key] = row.type
+            self.briefs[row.key] = Brief(row.type, row.content, row.created_at)
 
     def drop(self, keys: Sequence[int]) -> None:
-        present = [k for k in keys if k in self.types]
+        present = [k for k in keys if k in self.briefs]
         self.vectors.remove(present)
         for key in present:
             self.lexical.remove(key)
-            del self.types[key]
+            del self.briefs[key]
 
 
 class IndexCache:
@@ -124,8 +133,8 @@ class IndexCache:
                 await self._put(user_id, entry, snapshot.rows)
                 if len(entry) != snapshot.total:  # deletions (or rows newer than the snapshot)
                     keys = await self._store.keys(user_id)
-                    entry.drop([k for k in entry.types if k not in keys])
-                    missing = [k for k in keys if k not in entry.types]
+                    entry.drop([k for k in entry.briefs if k not in keys])
+                    missing = [k for k in keys if k not in entry.briefs]
                     await self._put(user_id, entry, await self._store.rows(user_id, missing))
                 entry.version = snapshot.version
         self.loads += 1
@@ -164,7 +173,10 @@ class IndexCache:
         """This process wrote these rows (their (parts, dim) vectors given, in order)."""
         entry = self._current_before(user_id, written.version)
         if entry is not None:
-            rows = [IndexRow(r.key, r.type, r.content, None, None) for r in written.records]
+            rows = [
+                IndexRow(r.key, r.type, r.content, r.created_at, None, None)
+                for r in written.records
+            ]
             entry.put(rows, vectors)
             entry.version = written.version
 

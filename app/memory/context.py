@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
 
-from app.memory.records import MemoryRecord
 from app.proxy.injection import strip_block
 
 MIN_QUERY_WORDS = 4
@@ -80,12 +80,25 @@ def estimate_tokens(text: str) -> int:
     return len(text) // 4 + 4
 
 
-def memory_line(memory: MemoryRecord) -> str:
+class Dated(Protocol):
+    """What a memory line shows: a search hit or a stored record."""
+
+    @property
+    def content(self) -> str: ...
+
+    @property
+    def created_at(self) -> datetime: ...
+
+
+D = TypeVar("D", bound=Dated)
+
+
+def memory_line(memory: Dated) -> str:
     content = " ".join(memory.content.split())  # one line each, whatever the memory holds
     return f"- [{memory.created_at.date().isoformat()}] {content}"
 
 
-def fit_budget(memories: Sequence[MemoryRecord], budget_tokens: int) -> list[MemoryRecord]:
+def fit_budget(memories: Sequence[D], budget_tokens: int) -> list[D]:
     """The memories, in order, that fit in `budget_tokens` together with the header; a memory
     that does not fit is skipped and shorter ones after it may still go in."""
     used = estimate_tokens(HEADER)
@@ -98,7 +111,7 @@ def fit_budget(memories: Sequence[MemoryRecord], budget_tokens: int) -> list[Mem
     return kept
 
 
-def memory_block(memories: Sequence[MemoryRecord]) -> str:
+def memory_block(memories: Sequence[Dated]) -> str:
     """The text injected into the system message ('' when there is nothing to say)."""
     if not memories:
         return ""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import warnings
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("memproxy.embedder")
 
 MAX_TOKENS = 256
-"""Longer texts are truncated (all-MiniLM-L6-v2 was trained on 256 word pieces)."""
+"""Longer texts are truncated; a model folder's own max_seq_length overrides this default."""
 MAX_BATCH = 64
 
 
@@ -74,6 +75,31 @@ class ModelFiles:
     tokenizer: Path
     name: str
     """Identifies the vectors: stored with each memory, so a change means re-embedding."""
+    pooling: str = "mean"
+    """`mean` or `cls`: how token vectors become one, as the model's own config says."""
+    max_tokens: int = MAX_TOKENS
+
+
+def _pooling(source: Path) -> str:
+    """The pooling a sentence-transformers folder declares (1_Pooling/config.json); mean when it
+    declares none (a plain transformer folder). Other modes are refused, not guessed."""
+    config = source / "1_Pooling" / "config.json"
+    if not config.exists():
+        return "mean"
+    modes = {k for k, v in json.loads(config.read_text()).items() if k.startswith("pooling_mode")
+             and v is True}  # fmt: skip
+    if modes == {"pooling_mode_mean_tokens"}:
+        return "mean"
+    if modes == {"pooling_mode_cls_token"}:
+        return "cls"
+    raise ValueError(f"{source}: pooling {sorted(modes)} is not supported (mean or cls only)")
+
+
+def _max_tokens(source: Path) -> int:
+    config = source / "sentence_bert_config.json"
+    if config.exists():
+        return int(json.loads(config.read_text()).get("max_seq_length") or MAX_TOKENS)
+    return MAX_TOKENS
 
 
 def prepare(model_dir: str, cache_dir: str, *, quantize: bool) -> ModelFiles:
@@ -94,7 +120,11 @@ def prepare(model_dir: str, cache_dir: str, *, quantize: bool) -> ModelFiles:
         target.parent.mkdir(parents=True, exist_ok=True)
         _export(source, target, quantize=quantize)
     return ModelFiles(
-        onnx=target, tokenizer=source / "tokenizer.json", name=f"{source.name}:{variant}"
+        onnx=target,
+        tokenizer=source / "tokenizer.json",
+        name=f"{source.name}:{variant}",
+        pooling=_pooling(source),
+        max_tokens=_max_tokens(source),
     )
 
 
@@ -153,7 +183,8 @@ class Embedder:
             str(files.onnx), options, providers=["CPUExecutionProvider"]
         )
         self._tokenizer = Tokenizer.from_file(str(files.tokenizer))
-        self._tokenizer.enable_truncation(MAX_TOKENS)
+        self._tokenizer.enable_truncation(files.max_tokens)
+        self._pooling = files.pooling
         self._tokenizer.enable_padding()
         self.model_name = files.name
         # One thread: onnxruntime uses its own threads inside; this one keeps calls off the loop.
@@ -174,8 +205,11 @@ class Embedder:
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         hidden = self._session.run(None, inputs)[0]
-        weights = mask[..., None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        if self._pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            weights = mask[..., None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         normalised: np.ndarray = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
         return normalised

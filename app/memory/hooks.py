@@ -21,7 +21,8 @@ import time
 
 from app.config import Settings
 from app.memory.context import memory_block, recall_query
-from app.memory.service import Found, MemoryService
+from app.memory.recall import Hit
+from app.memory.service import MemoryService
 from app.metrics import Metrics
 from app.proxy.hooks import BackgroundRunner, Completion, Preparation, RequestContext
 from app.proxy.injection import BLOCK_START, insert_memory_block
@@ -50,7 +51,7 @@ class RecallHooks:
     async def before_forward(self, ctx: RequestContext) -> Preparation | None:
         started = time.perf_counter()
         query = recall_query(ctx.messages) if self._limit else None
-        found: list[Found] = []
+        found: list[Hit] = []
         failed = False
         if query:
             try:
@@ -76,15 +77,15 @@ class RecallHooks:
             headers["X-Memory-Recall"] = "failed"
         body = None
         if found or _has_block(ctx):
-            body = insert_memory_block(ctx.body, memory_block([f.memory for f in found]))
+            body = insert_memory_block(ctx.body, memory_block(found))
         if found:
             self._runner.spawn(
-                self._service.mark_recalled(ctx.user_id, found),
+                self._service.mark_recalled(ctx.user_id, [h.key for h in found]),
                 name=f"mark-recalled-{ctx.request_id}",
             )
         return Preparation(body=body, headers=headers)
 
-    async def _recall(self, user_id: str, query: str) -> list[Found]:
+    async def _recall(self, user_id: str, query: str) -> list[Hit]:
         return await self._service.recall(
             user_id,
             query,

@@ -13,11 +13,14 @@ Score convention (what ``MEMPROXY_RELEVANCE_THRESHOLD`` and the API's ``min_scor
   words the user's memories use rather than the words of the question.
 
 Both parts are on absolute scales (not rescaled per query), so a score is comparable across
-queries and users: unrelated memories score under ~0.2, a memory restating the query well scores
-0.5 and up. Measured on the LoCoMo dev conversations (``bench/recall_eval.py``, recall@5/@10):
-BM25 alone .541/.613, whole-text MiniLM alone .385/.468, both fused .555/.650, with sentence
-parts .583/.688, with feedback .604/.728. Reciprocal rank fusion ranks below BM25 alone there:
-fusing the scores keeps how much better one candidate is than the next.
+queries and users: a memory restating the query scores 0.5 and up; one that answers it in other
+words 0.15-0.4 (all-MiniLM-L6-v2 gives related sentences cosines of 0.3-0.5); a question about
+something else entirely ~0.1 against a store of personal facts.
+
+Measured on the LoCoMo dev conversations (``bench/recall_eval.py``, recall@5/@10): BM25 alone
+.541/.613, whole-text MiniLM alone .385/.468, both fused .555/.650, with sentence parts
+.583/.688, with feedback .607/.725. Reciprocal rank fusion ranks below BM25 alone there: fusing
+the scores keeps how much better one candidate is than the next.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 
@@ -46,6 +50,8 @@ class Hit:
     """The fused score (module docstring)."""
     dense: float
     lexical: float
+    content: str
+    created_at: datetime
 
 
 class Searcher:
@@ -97,7 +103,7 @@ class Searcher:
         chosen = [h for h in hits if h.score >= min_score]
         if types:
             allowed = set(types)
-            chosen = [h for h in chosen if entry.types.get(h.key) in allowed]
+            chosen = [h for h in chosen if entry.briefs[h.key].type in allowed]
         return chosen[:limit]
 
     def _rank(
@@ -127,9 +133,14 @@ class Searcher:
         cos = cosine.of(candidates)
         scores = w * np.maximum(cos, 0) + (1 - w) * lex
         order = np.lexsort((-candidates, -scores))
-        return [
-            Hit(int(candidates[i]), float(scores[i]), float(cos[i]), float(lex[i])) for i in order
-        ]
+        briefs = entry.briefs
+        hits = []
+        for i in order.tolist():
+            key = int(candidates[i])
+            brief = briefs[key]
+            hits.append(Hit(key, float(scores[i]), float(cos[i]), float(lex[i]),
+                            brief.content, brief.created_at))  # fmt: skip
+        return hits
 
 
 class _Cosines:

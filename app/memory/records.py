@@ -70,6 +70,7 @@ class IndexRow:
     key: int
     type: str
     content: str
+    created_at: datetime
     embedding: bytes | None
     embedding_model: str | None
 

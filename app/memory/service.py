@@ -138,11 +138,11 @@ class MemoryService:
 
     async def recall(
         self, user_id: str, query: str, *, limit: int, min_score: float, budget_tokens: int
-    ) -> list[Found]:
-        """What chat injects: the search, then as many as fit the token budget."""
-        found = await self.search(user_id, query, limit=limit, min_score=min_score)
-        kept = {m.key for m in fit_budget([f.memory for f in found], budget_tokens)}
-        return [f for f in found if f.memory.key in kept]
+    ) -> list[Hit]:
+        """What chat injects: the search, then as many as fit the token budget. The hits carry
+        what the memory block shows (from the index: no database read on this path)."""
+        hits = await self.searcher.search(user_id, query, limit=limit, min_score=min_score)
+        return fit_budget(hits, budget_tokens)
 
-    async def mark_recalled(self, user_id: str, found: Sequence[Found]) -> None:
-        await self.store.mark_recalled(user_id, [f.memory.key for f in found])
+    async def mark_recalled(self, user_id: str, keys: Sequence[int]) -> None:
+        await self.store.mark_recalled(user_id, keys)

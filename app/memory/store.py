@@ -44,7 +44,14 @@ from app.memory.records import (
 _CHANGEABLE = frozenset({"content", "type", "metadata", "pinned", "embedding", "embedding_model"})
 
 
-_INDEX_COLUMNS = (Memory.key, Memory.type, Memory.content, Memory.embedding, Memory.embedding_model)
+_INDEX_COLUMNS = (
+    Memory.key,
+    Memory.type,
+    Memory.content,
+    Memory.created_at,
+    Memory.embedding,
+    Memory.embedding_model,
+)
 
 
 class IdTaken(Exception):
@@ -260,7 +267,7 @@ class MemoryStore:
             query = select(*_INDEX_COLUMNS).where(Memory.user_id == user_id)
             if since >= 0:
                 query = query.where(Memory.seq > since)
-            rows = [IndexRow(*row) for row in await session.execute(query)]
+            rows = [_index_row(row) for row in await session.execute(query)]
             total = await session.scalar(select(func.count()).where(Memory.user_id == user_id))
             return Snapshot(version, rows, int(total or 0))
 
@@ -278,7 +285,7 @@ class MemoryStore:
         )
         query = select(*columns).where(Memory.user_id == user_id, Memory.key.in_(list(keys)))
         async with self._sessions() as session:
-            return [IndexRow(*row) for row in await session.execute(query)]
+            return [_index_row(row) for row in await session.execute(query)]
 
     async def stats(self, user_id: str) -> dict[str, Any]:
         """Counts by type, pinned, recall totals, oldest and newest, for one user."""
@@ -323,6 +330,11 @@ class MemoryStore:
     async def _version_in(session: AsyncSession, user_id: str) -> int:
         value = await session.scalar(select(UserState.version).where(UserState.user_id == user_id))
         return int(value or 0)
+
+
+def _index_row(row: Any) -> IndexRow:
+    key, type_, content, created_at, embedding, model = row
+    return IndexRow(key, type_, content, aware(created_at), embedding, model)
 
 
 def _own(user_id: str) -> Any:
