@@ -107,19 +107,7 @@ class MemoryPublic(BaseModel):
 
     @classmethod
     def of(cls, record: MemoryRecord) -> MemoryPublic:
-        return cls(
-            id=record.id,
-            user_id=record.user_id,
-            content=record.content,
-            type=record.type,
-            metadata=record.metadata,
-            source=record.source,
-            pinned=record.pinned,
-            created_at=record.created_at,
-            updated_at=record.updated_at,
-            recall_count=record.recall_count,
-            last_recalled_at=record.last_recalled_at,
-        )
+        return cls.model_validate(record, from_attributes=True)  # the record's own fields
 
 
 class MemoryList(BaseModel):
