@@ -34,6 +34,9 @@ lint: install
 bench: install
 	$(BIN)/python bench/history_bench.py
 	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/overhead.py --memories 0
+	$(BIN)/python bench/recall_eval.py
+	$(BIN)/python bench/recall_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -36,8 +36,10 @@ from app.memory.cache import IndexCache, UserIndex
 from app.memory.embedder import TextEmbedder
 from app.memory.lexical import Scores
 
-OFFLOAD_ABOVE = 20_000
-"""Dense searches over more vectors than this run in a thread (~2 ms and up), not on the loop."""
+OFFLOAD_ABOVE = 200_000
+"""Dense searches over more vectors than this (~14 ms and up) run in a thread, not on the event
+loop. Below it they run inline: measured at 100k vectors, the hand-off to a thread raised search
+p99 from 18 ms to 26 ms, while the inline scan holds other requests for ~7 ms at most."""
 FEEDBACK_DOCS = 5
 FEEDBACK_TERMS = 10
 FEEDBACK_WEIGHT = 0.3
