@@ -93,10 +93,6 @@ class IndexCache:
         self.loads = 0
         """Full builds and catch-ups done (tests and metrics read it)."""
 
-    @property
-    def analyzer(self) -> Analyzer:
-        return self._analyzer
-
     def cached(self, user_id: str) -> UserIndex | None:
         return self._entries.get(user_id)
 
