@@ -19,6 +19,8 @@ from app.schemas.memories import (
     ImportResult,
     MemoryBatchCreate,
     MemoryCreate,
+    MemoryEventPublic,
+    MemoryHistory,
     MemoryHit,
     MemoryList,
     MemoryPublic,
@@ -147,6 +149,17 @@ async def get_memory(memory_id: str, caller: MemoryCallerDep) -> MemoryPublic:
     if record is None:
         raise _not_found(memory_id)
     return MemoryPublic.of(record)
+
+
+@router.get("/{memory_id}/history", responses=_ERRORS)
+async def memory_history(memory_id: str, caller: MemoryCallerDep) -> MemoryHistory:
+    """Why the memory exists (or not): every write to it, oldest first, also after deletion."""
+    found = await caller.memory.history(caller.user_id, memory_id)
+    if not found:
+        raise _not_found(memory_id)
+    return MemoryHistory(
+        data=[MemoryEventPublic.model_validate(e, from_attributes=True) for e in found]
+    )
 
 
 @router.patch("/{memory_id}", responses=_ERRORS)

@@ -49,9 +49,17 @@ class MemoryType(StrEnum):
 
 
 class MemorySource(StrEnum):
+    """Who wrote: also the `actor` of audit events."""
+
     MANAGER = "manager"
     API = "api"
     IMPORT = "import"
+
+
+class EventAction(StrEnum):
+    CREATED = "created"
+    UPDATED = "updated"
+    DELETED = "deleted"
 
 
 class Base(DeclarativeBase):
@@ -95,3 +103,25 @@ class UserState(Base):
     user_id: Mapped[str] = mapped_column(String(256), primary_key=True)
     version: Mapped[int] = mapped_column(BigInteger, default=0)
     """Bumped by every write to the user's memories, in the same transaction."""
+
+
+class MemoryEvent(Base):
+    """One write to one memory, kept after the memory is gone: why a memory exists, or not."""
+
+    __tablename__ = "memory_events"
+
+    key: Mapped[int] = mapped_column(Key, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(String(256))
+    memory_id: Mapped[str] = mapped_column(String(36))
+    action: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(16))
+    """`api`, `import` or `manager`."""
+    job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    """The Manager job that made the change, if one did."""
+    before: Mapped[str | None] = mapped_column(Text, nullable=True)
+    after: Mapped[str | None] = mapped_column(Text, nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """Why, when it is not plain: e.g. an UPDATE of an unknown memory that created one."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_memory_events_user_memory", "user_id", "memory_id"),)

@@ -15,6 +15,7 @@ from typing import Any
 from app.memory.cache import IndexCache
 from app.memory.context import fit_budget
 from app.memory.embedder import TextEmbedder
+from app.memory.events import Event
 from app.memory.models import MemoryType
 from app.memory.parts import decode, embed_memories, encode, vector_model
 from app.memory.recall import Hit, Searcher
@@ -106,6 +107,9 @@ class MemoryService:
         return await self.store.page(
             user_id, types=types, contains=contains, limit=limit, offset=offset
         )
+
+    async def history(self, user_id: str, memory_id: str) -> list[Event]:
+        return await self.store.history(user_id, memory_id)
 
     def export(self, user_id: str) -> AsyncIterator[MemoryRecord]:
         return self.store.iterate(user_id)

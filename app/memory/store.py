@@ -26,7 +26,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
-from app.memory.models import Memory, MemoryType, UserState
+from app.memory import events
+from app.memory.models import EventAction, Memory, MemorySource, MemoryType, UserState
 from app.memory.records import (
     RECORD_COLUMNS,
     Deleted,
@@ -61,16 +62,20 @@ class IdTaken(Exception):
 class MemoryStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self.sessions = async_sessionmaker(engine, expire_on_commit=False)
+        """Also for writers that must share one transaction (the Manager's operations): they
+        bump the version with :func:`bump_version` and record events, as this class's do."""
 
     # --- writes (each bumps the user's version) ---------------------------------------------
 
-    async def add(self, user_id: str, items: Sequence[NewMemory]) -> Written:
+    async def add(
+        self, user_id: str, items: Sequence[NewMemory], *, job_id: str | None = None
+    ) -> Written:
         """Create memories; an item whose id already exists (for this user) is left as it is and
         returned unchanged (``Written.created`` says which were new). An id that belongs to
         another user raises :class:`IdTaken`."""
         stamp = now()
-        async with self._sessions.begin() as session:
+        async with self.sessions.begin() as session:
             given = [item.id for item in items if item.id]
             existing: dict[str, Memory] = {}
             if given:
@@ -108,22 +113,35 @@ class MemoryStore:
                 created.append(True)
             version = await self._version_in(session, user_id)
             if fresh:
-                version = await _bump(session, user_id)
+                version = await bump_version(session, user_id)
                 for row in fresh:
                     row.seq = version
                     session.add(row)
+                    actor = MemorySource(row.source)
+                    events.record(
+                        session, user_id, row.id, EventAction.CREATED, actor,
+                        after=row.content, job_id=job_id,
+                    )  # fmt: skip
                 await session.flush()
             return Written([record_of(r) for r in out], version, created)
 
-    async def update(self, user_id: str, memory_id: str, **changes: Any) -> Written | None:
+    async def update(
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        actor: MemorySource = MemorySource.API,
+        **changes: Any,
+    ) -> Written | None:
         """Change `content`, `type`, `metadata`, `pinned`, `embedding`/`embedding_model`."""
         unknown = set(changes) - _CHANGEABLE
         if unknown:
             raise ValueError(f"cannot change {sorted(unknown)}")
-        async with self._sessions.begin() as session:
+        async with self.sessions.begin() as session:
             row = await session.scalar(_own(user_id).where(Memory.id == memory_id))
             if row is None:
                 return None
+            before = row.content
             for name, value in changes.items():
                 if name == "metadata":
                     row.meta = dict(value)
@@ -132,27 +150,40 @@ class MemoryStore:
                 else:
                     setattr(row, name, value)
             row.updated_at = now()
-            row.seq = await _bump(session, user_id)
+            row.seq = await bump_version(session, user_id)
+            events.record(session, user_id, row.id, EventAction.UPDATED, actor,
+                          before=before, after=row.content)  # fmt: skip
             await session.flush()
             return Written([record_of(row)], row.seq, [False])
 
-    async def delete(self, user_id: str, memory_ids: Sequence[str]) -> Deleted:
+    async def delete(
+        self, user_id: str, memory_ids: Sequence[str], *, actor: MemorySource = MemorySource.API
+    ) -> Deleted:
         """Delete the user's memories with these ids (unknown ids are ignored)."""
-        return await self._delete(user_id, Memory.id.in_(list(memory_ids)))
+        return await self._delete(user_id, Memory.id.in_(list(memory_ids)), actor)
 
-    async def delete_all(self, user_id: str) -> Deleted:
-        return await self._delete(user_id, None)
+    async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> Deleted:
+        return await self._delete(user_id, None, actor)
 
-    async def _delete(self, user_id: str, condition: Any) -> Deleted:
-        async with self._sessions.begin() as session:
-            query = select(Memory.key).where(Memory.user_id == user_id)
+    async def _delete(self, user_id: str, condition: Any, actor: MemorySource) -> Deleted:
+        async with self.sessions.begin() as session:
+            query = select(Memory.key, Memory.id, Memory.content).where(Memory.user_id == user_id)
             if condition is not None:
                 query = query.where(condition)
-            keys = list(await session.scalars(query))
-            if not keys:
+            found = list(await session.execute(query))
+            if not found:
                 return Deleted([], await self._version_in(session, user_id))
+            keys = [key for key, _, _ in found]
             await session.execute(delete(Memory).where(Memory.key.in_(keys)))
-            return Deleted(keys, await _bump(session, user_id))
+            for _, memory_id, content in found:
+                events.record(session, user_id, memory_id, EventAction.DELETED, actor,
+                              before=content)  # fmt: skip
+            return Deleted(keys, await bump_version(session, user_id))
+
+    async def history(self, user_id: str, memory_id: str) -> list[events.Event]:
+        """Every write to one of the user's memories, oldest first, also after its deletion."""
+        async with self.sessions() as session:
+            return await events.history(session, user_id, memory_id)
 
     # --- bookkeeping (no version bump) ------------------------------------------------------
 
@@ -160,7 +191,7 @@ class MemoryStore:
         """recall_count += 1 and last_recalled_at = now for these memories."""
         if not keys:
             return
-        async with self._sessions.begin() as session:
+        async with self.sessions.begin() as session:
             await session.execute(
                 update(Memory)
                 .where(Memory.user_id == user_id, Memory.key.in_(list(keys)))
@@ -169,7 +200,7 @@ class MemoryStore:
 
     async def set_embeddings(self, user_id: str, vectors: Sequence[tuple[int, bytes, str]]) -> None:
         """Store (key, embedding, model) for memories whose text did not change."""
-        async with self._sessions.begin() as session:
+        async with self.sessions.begin() as session:
             for key, embedding, model in vectors:
                 await session.execute(
                     update(Memory)
@@ -180,7 +211,7 @@ class MemoryStore:
     # --- reads ------------------------------------------------------------------------------
 
     async def get(self, user_id: str, memory_id: str) -> MemoryRecord | None:
-        async with self._sessions() as session:
+        async with self.sessions() as session:
             row = await session.scalar(_own(user_id).where(Memory.id == memory_id))
             return record_of(row) if row is not None else None
 
@@ -213,7 +244,7 @@ class MemoryStore:
             query = query.where(
                 func.lower(Memory.content).contains(contains.lower(), autoescape=True)
             )
-        async with self._sessions() as session:
+        async with self.sessions() as session:
             total = await session.scalar(select(func.count()).select_from(query.subquery())) or 0
             rows = await session.scalars(
                 query.options(defer(Memory.embedding))
@@ -234,7 +265,7 @@ class MemoryStore:
                 .order_by(Memory.key)
                 .limit(page)
             )
-            async with self._sessions() as session:
+            async with self.sessions() as session:
                 rows = [record_of(r, embedding=False) for r in await session.scalars(query)]
             for row in rows:
                 yield row
@@ -243,7 +274,7 @@ class MemoryStore:
             after = rows[-1].key
 
     async def count(self, user_id: str) -> int:
-        async with self._sessions() as session:
+        async with self.sessions() as session:
             query = select(func.count()).where(Memory.user_id == user_id)
             return int(await session.scalar(query) or 0)
 
@@ -262,7 +293,7 @@ class MemoryStore:
         The version is read first: rows may be newer than it, never older, so a cache that
         records it at worst catches up once more than needed.
         """
-        async with self._sessions() as session:
+        async with self.sessions() as session:
             version = await self._version_in(session, user_id)
             query = select(*_INDEX_COLUMNS).where(Memory.user_id == user_id)
             if since >= 0:
@@ -272,7 +303,7 @@ class MemoryStore:
             return Snapshot(version, rows, int(total or 0))
 
     async def keys(self, user_id: str) -> set[int]:
-        async with self._sessions() as session:
+        async with self.sessions() as session:
             return set(await session.scalars(select(Memory.key).where(Memory.user_id == user_id)))
 
     async def rows(self, user_id: str, keys: Sequence[int]) -> list[IndexRow]:
@@ -284,12 +315,12 @@ class MemoryStore:
             Memory.embedding_model,
         )
         query = select(*columns).where(Memory.user_id == user_id, Memory.key.in_(list(keys)))
-        async with self._sessions() as session:
+        async with self.sessions() as session:
             return [_index_row(row) for row in await session.execute(query)]
 
     async def stats(self, user_id: str) -> dict[str, Any]:
         """Counts by type, pinned, recall totals, oldest and newest, for one user."""
-        async with self._sessions() as session:
+        async with self.sessions() as session:
             by_type = dict(
                 (t, int(n))
                 for t, n in await session.execute(
@@ -323,7 +354,7 @@ class MemoryStore:
         query = (
             select(Memory.user_id, func.count()).group_by(Memory.user_id).order_by(Memory.user_id)
         )
-        async with self._sessions() as session:
+        async with self.sessions() as session:
             return [(u, int(n)) for u, n in await session.execute(query)]
 
     @staticmethod
@@ -341,7 +372,7 @@ def _own(user_id: str) -> Any:
     return select(Memory).where(Memory.user_id == user_id)
 
 
-async def _bump(session: AsyncSession, user_id: str) -> int:
+async def bump_version(session: AsyncSession, user_id: str) -> int:
     """version += 1 for the user, creating the row on the first write; the new version.
 
     One atomic upsert, so two processes writing a new user's first memories at once cannot

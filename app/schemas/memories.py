@@ -110,6 +110,27 @@ class MemoryPublic(BaseModel):
         return cls.model_validate(record, from_attributes=True)  # the record's own fields
 
 
+class MemoryEventPublic(BaseModel):
+    """One write to a memory: what changed, who changed it, and in which Manager job."""
+
+    object: Literal["memory.event"] = "memory.event"
+    memory_id: str
+    action: str
+    """`created`, `updated` or `deleted`."""
+    actor: str
+    """`api`, `import` or `manager`."""
+    job_id: str | None
+    before: str | None
+    after: str | None
+    detail: str | None
+    created_at: datetime
+
+
+class MemoryHistory(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[MemoryEventPublic]
+
+
 class MemoryList(BaseModel):
     object: Literal["list"] = "list"
     data: list[MemoryPublic]

@@ -1,0 +1,214 @@
+"""Applying the Manager's decisions: the Automatic Memory Manager v4 rules, then one guard.
+
+The Manager answers with :class:`Operation`s that name memories by the short integer alias it was
+shown (models invent UUIDs; they copy small numbers faithfully). :class:`Applier` maps them back and
+applies them, all of one job in one transaction (one version bump, every change audited with the
+job's id):
+
+- NEW creates. UPDATE with a known id updates; UPDATE without an id, or with an id that names no
+  memory (never shown, or deleted since), creates. DELETE with a known id deletes; DELETE without a
+  valid id fails and is logged. A pinned memory is never deleted by the Manager.
+- Guard: a creation whose content is a near-duplicate of one of the user's memories (cosine of
+  the best-matching part above ``MEMPROXY_DEDUP_THRESHOLD``), or of an earlier creation of the same
+  job, creates nothing.
+
+Every operation gets an :class:`Outcome`; none raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from app.memory import events
+from app.memory.models import EventAction, Memory, MemorySource, MemoryType
+from app.memory.parts import embed_memories, encode, vector_model
+from app.memory.records import now
+from app.memory.service import MemoryService
+from app.memory.store import bump_version
+
+logger = logging.getLogger("memproxy.manager")
+
+
+class Op(StrEnum):
+    NEW = "NEW"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+
+
+class Operation(BaseModel):
+    """One decision of the Manager about the user's memories."""
+
+    op: Op
+    id: int | None = None
+    """For UPDATE and DELETE: the number the memory was shown with."""
+    content: str | None = Field(default=None, max_length=4000)
+    """For NEW and UPDATE: the memory, one self-contained statement about the user."""
+    type: MemoryType | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    operation: Operation
+    result: str
+    """`created`, `updated`, `deleted`, `duplicate` (nothing created) or `failed`."""
+    memory_id: str | None = None
+    """The memory created, changed or deleted; for `duplicate`, the one it duplicates."""
+    reason: str | None = None
+
+
+@dataclass(slots=True)
+class _Planned:
+    operation: Operation
+    memory_id: str | None  # the memory to change or delete; None: create
+    vectors: np.ndarray | None = None
+    detail: str | None = None
+
+
+class Applier:
+    def __init__(self, service: MemoryService, *, dedup_threshold: float = 0.9) -> None:
+        self._service = service
+        self._threshold = dedup_threshold
+
+    async def apply(
+        self,
+        user_id: str,
+        operations: Sequence[Operation],
+        aliases: dict[int, str],
+        *,
+        job_id: str,
+    ) -> list[Outcome]:
+        """Apply a job's operations (`aliases`: the numbers shown -> memory ids)."""
+        outcomes: list[Outcome] = []
+        planned: list[_Planned] = []
+        for operation in operations:
+            failure = _plan(operation, aliases, planned)
+            if failure is not None:
+                logger.warning("job %s: %s operation failed: %s", job_id, operation.op, failure)
+                outcomes.append(Outcome(operation, "failed", reason=failure))
+        writes = [p for p in planned if p.operation.op is not Op.DELETE]
+        contents = [p.operation.content or "" for p in writes]
+        for plan, vectors in zip(
+            writes, await embed_memories(self._service.embedder, contents), strict=True
+        ):
+            plan.vectors = vectors
+        outcomes += await self._skip_duplicates(user_id, planned)
+        planned = [p for p in planned if p.vectors is not None or p.operation.op is Op.DELETE]
+        if planned:
+            outcomes += await self._commit(user_id, planned, job_id)
+        return outcomes
+
+    async def _skip_duplicates(self, user_id: str, planned: list[_Planned]) -> list[Outcome]:
+        """Drop (mark with vectors None) creations that repeat a memory or an earlier creation."""
+        entry = await self._service.cache.get(user_id)
+        outcomes = []
+        earlier: list[np.ndarray] = []
+        for plan in planned:
+            if plan.memory_id is not None or plan.vectors is None:
+                continue
+            whole = plan.vectors[0]
+            keys, scores = entry.vectors.search(whole, 1)
+            if len(keys) and scores[0] > self._threshold:
+                found = await self._service.store.get_many(user_id, [int(keys[0])])
+                duplicate = found[int(keys[0])].id if int(keys[0]) in found else None
+                reason = f"cosine {scores[0]:.3f} with an existing memory"
+                outcomes.append(Outcome(plan.operation, "duplicate", duplicate, reason))
+                plan.vectors = None
+            elif any(float(whole @ other) > self._threshold for other in earlier):
+                outcomes.append(Outcome(plan.operation, "duplicate", None,
+                                        "repeats an earlier operation of this job"))  # fmt: skip
+                plan.vectors = None
+            else:
+                earlier.append(whole)
+        return outcomes
+
+    async def _commit(self, user_id: str, planned: list[_Planned], job_id: str) -> list[Outcome]:
+        store = self._service.store
+        model = vector_model(self._service.embedder)
+        manager = MemorySource.MANAGER
+        outcomes = []
+        async with store.sessions.begin() as session:
+            version = await bump_version(session, user_id)
+            ids = [p.memory_id for p in planned if p.memory_id]
+            rows = {
+                r.id: r
+                for r in await session.scalars(
+                    select(Memory).where(Memory.user_id == user_id, Memory.id.in_(ids))
+                )
+            }
+            stamp = now()
+            for plan in planned:
+                operation = plan.operation
+                row = rows.get(plan.memory_id) if plan.memory_id else None
+                if operation.op is Op.DELETE:
+                    if row is None:
+                        outcomes.append(Outcome(operation, "failed", plan.memory_id,
+                                                "no such memory (deleted since?)"))  # fmt: skip
+                    elif row.pinned:
+                        outcomes.append(Outcome(operation, "failed", row.id, "pinned"))
+                    else:
+                        await session.delete(row)
+                        rows.pop(row.id)
+                        events.record(session, user_id, row.id, EventAction.DELETED, manager,
+                                      before=row.content, job_id=job_id)  # fmt: skip
+                        outcomes.append(Outcome(operation, "deleted", row.id))
+                    continue
+                assert plan.vectors is not None and operation.content is not None
+                if row is not None:  # UPDATE of a known memory
+                    before = row.content
+                    row.content = operation.content
+                    row.type = (operation.type or MemoryType(row.type)).value
+                    row.embedding, row.embedding_model = encode(plan.vectors), model
+                    row.updated_at, row.seq = stamp, version
+                    events.record(session, user_id, row.id, EventAction.UPDATED, manager,
+                                  before=before, after=row.content, job_id=job_id)  # fmt: skip
+                    outcomes.append(Outcome(operation, "updated", row.id))
+                    continue
+                detail = plan.detail or (
+                    "UPDATE of a memory deleted since; created" if plan.memory_id else None
+                )
+                created = Memory(
+                    id=_new_id(), user_id=user_id, content=operation.content,
+                    type=(operation.type or MemoryType.FACT).value, meta={},
+                    source=manager.value, pinned=False, created_at=stamp, updated_at=stamp,
+                    recall_count=0, embedding=encode(plan.vectors), embedding_model=model,
+                    seq=version,
+                )  # fmt: skip
+                session.add(created)
+                events.record(session, user_id, created.id, EventAction.CREATED, manager,
+                              after=created.content, job_id=job_id, detail=detail)  # fmt: skip
+                outcomes.append(Outcome(operation, "created", created.id, detail))
+        return outcomes
+
+
+def _plan(operation: Operation, aliases: dict[int, str], planned: list[_Planned]) -> str | None:
+    """Add the operation to `planned` by the v4 rules, or say why it fails."""
+    known = aliases.get(operation.id) if operation.id is not None else None
+    if operation.op is Op.DELETE:
+        if known is None:
+            return "DELETE needs the number of a memory shown" + (
+                f" (got {operation.id})" if operation.id is not None else ""
+            )
+        planned.append(_Planned(operation, known))
+        return None
+    if not (operation.content or "").strip():
+        return f"{operation.op} without content"
+    operation.content = (operation.content or "").strip()
+    detail = None
+    if operation.op is Op.UPDATE and known is None:
+        detail = "UPDATE " + (
+            f"of unknown memory {operation.id}" if operation.id is not None else "without an id"
+        ) + ": created"  # fmt: skip
+    planned.append(_Planned(operation, known, detail=detail))
+    return None
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
