@@ -91,6 +91,29 @@ class Settings(BaseSettings):
     memory_max_chars: int = Field(default=4000, ge=1)
     """Longest memory content accepted by the API."""
 
+    # --- the Manager: memory extraction after each chat -----------------------------------------
+    manager_provider: Literal["openai", "ollama"] = "openai"
+    """API style of the Manager's model server: `openai` (tool calls) or `ollama` (JSON output)."""
+    manager_base_url: str = ""
+    """The Manager's model server; empty: MEMPROXY_UPSTREAM_BASE_URL."""
+    manager_api_key: SecretStr | None = None
+    """Key for the Manager's server; unset: MEMPROXY_UPSTREAM_API_KEY."""
+    manager_model: str = ""
+    """The Manager's model; empty: the model the chat request itself used."""
+    manager_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    """Sampling temperature of the Manager (0: its most likely answer)."""
+    manager_max_tokens: int = Field(default=1024, ge=16)
+    """Longest answer the Manager may give."""
+    manager_timeout_seconds: float = Field(default=120.0, gt=0)
+    """Longest one Manager call may take."""
+    manager_max_retries: int = Field(default=2, ge=0, le=10)
+    """How often a malformed Manager answer is sent back for correction before it is dropped."""
+    role_aware: bool = True
+    """Show the Manager both sides of the conversation, marked (only the user's words count);
+    false: the user's messages only."""
+    dedup_threshold: float = Field(default=0.9, ge=0.0, le=1.0)
+    """A new memory this similar (cosine) to an existing one is not created a second time."""
+
     # --- security and identity ----------------------------------------------------------------
     api_keys: CommaList = Field(default_factory=list)
     """Accepted client keys, comma-separated, each `key` or `key:user_id`. Empty: open server."""

@@ -1,0 +1,221 @@
+"""The Manager agent: what it is shown (asserted on the prompt a FunctionModel receives), what it
+answers, retries of malformed answers, and the OpenAI / Ollama wiring against respx."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import respx
+from pydantic_ai import models
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from app.config import Settings
+from app.memory.manager import Manager, Shown, Turn, build_prompt, transcript
+from app.memory.operations import Op
+from app.proxy.history import convert
+from app.schemas.openai import ChatCompletionRequest
+
+NOW = datetime(2026, 11, 22, 15, 4, tzinfo=UTC)
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant. SECRET-SYSTEM-PROMPT"},
+    {"role": "user", "content": "I moved to Bergen last month."},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "TOOL-OUTPUT: rain in Bergen"},
+    {"role": "assistant", "content": "Welcome to Bergen! Bring an umbrella."},
+    {"role": "user", "content": "Thanks. Also, I no longer eat meat."},
+]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _no_real_models() -> Iterator[None]:
+    before = models.ALLOW_MODEL_REQUESTS
+    models.ALLOW_MODEL_REQUESTS = False
+    yield
+    models.ALLOW_MODEL_REQUESTS = before
+
+
+def turns() -> list[Turn]:
+    history = convert(
+        ChatCompletionRequest.model_validate({"model": "m", "messages": MESSAGES}).messages
+    )
+    return transcript(history, "Noted, vegetarian dishes from now on.")
+
+
+def prompt(role_aware: bool = True) -> str:
+    everything = turns()
+    return build_prompt(
+        now=NOW,
+        memories=[
+            Shown(1, "Lives in Oslo", "fact", NOW),
+            Shown(2, "Loves steak", "preference", NOW),
+        ],
+        context=everything[:-2],
+        new=everything[-2:],
+        role_aware=role_aware,
+    )
+
+
+def test_transcript_keeps_user_and_assistant_text_only() -> None:
+    assert turns() == [
+        Turn("user", "I moved to Bergen last month."),
+        Turn("assistant", "Welcome to Bergen! Bring an umbrella."),
+        Turn("user", "Thanks. Also, I no longer eat meat."),
+        Turn("assistant", "Noted, vegetarian dishes from now on."),
+    ]
+
+
+async def test_the_manager_sees_date_numbered_memories_and_marked_roles() -> None:
+    seen: list[ModelMessage] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.extend(messages)
+        tool = info.output_tools[0].name
+        return ModelResponse(parts=[ToolCallPart(tool, {"operations": [
+            {"op": "UPDATE", "id": 1, "content": "Lives in Bergen since October 2026", "type": "fact"},
+            {"op": "DELETE", "id": 2},
+            {"op": "NEW", "content": "Is vegetarian", "type": "preference"},
+        ]})])  # fmt: skip
+
+    manager = Manager(Settings(), http_client=httpx.AsyncClient(), model=FunctionModel(answer))
+    operations = await manager.decide("m", prompt())
+    assert operations is not None
+    assert [(o.op, o.id) for o in operations] == [(Op.UPDATE, 1), (Op.DELETE, 2), (Op.NEW, None)]
+
+    (request,) = [m for m in seen if isinstance(m, ModelRequest)]
+    assert request.instructions is not None and "only" in request.instructions.lower()
+    assert "never remember what the assistant says" in request.instructions.lower()
+    user_prompt = str(request.parts[-1].content)  # type: ignore[union-attr]
+    assert "Current date and time: Sunday 22 November 2026, 15:04 UTC" in user_prompt
+    assert "1. Lives in Oslo [fact, noted 2026-11-22]" in user_prompt
+    assert "2. Loves steak [preference, noted 2026-11-22]" in user_prompt
+    assert "USER: I moved to Bergen last month." in user_prompt
+    assert "ASSISTANT: Welcome to Bergen! Bring an umbrella." in user_prompt
+    context, new = user_prompt.split("The new exchange (decide from this):")
+    assert "I moved to Bergen" in context and "I no longer eat meat" in new
+    assert "USER: Thanks. Also, I no longer eat meat.\nASSISTANT: Noted" in new
+    assert "SECRET-SYSTEM-PROMPT" not in user_prompt and "TOOL-OUTPUT" not in user_prompt
+
+
+def test_without_role_awareness_only_the_users_words_are_shown() -> None:
+    text = prompt(role_aware=False)
+    assert "USER: I moved to Bergen" in text and "ASSISTANT" not in text and "umbrella" not in text
+
+
+async def test_a_malformed_answer_is_retried_then_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    calls = 0
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        return ModelResponse(
+            parts=[ToolCallPart(info.output_tools[0].name, {"operations": [{"op": "MAYBE"}]})]
+        )
+
+    manager = Manager(
+        Settings(manager_max_retries=2),
+        http_client=httpx.AsyncClient(),
+        model=FunctionModel(answer),
+    )
+    with caplog.at_level(logging.WARNING, logger="memproxy.manager"):
+        assert await manager.decide("m", prompt()) is None
+    assert calls == 3 and any("manager answer dropped" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_corrected_answer_is_used() -> None:
+    answers = iter([{"operations": [{"op": "NEW"}, {"op": "MAYBE"}]},
+                    {"operations": [{"op": "NEW", "content": "Is vegetarian"}]}])  # fmt: skip
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, next(answers))])
+
+    manager = Manager(
+        Settings(manager_max_retries=1),
+        http_client=httpx.AsyncClient(),
+        model=FunctionModel(answer),
+    )
+    operations = await manager.decide("m", prompt())
+    assert operations is not None and [o.content for o in operations] == ["Is vegetarian"]
+
+
+def completion(message: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "x", "object": "chat.completion", "created": 1, "model": "m2",
+            "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}  # fmt: skip
+
+
+@pytest.fixture
+def allow_http_models() -> Iterator[None]:
+    """Provider wiring tests: the HTTP edge is faked by respx, so the model may 'request'."""
+    models.ALLOW_MODEL_REQUESTS = True
+    yield
+    models.ALLOW_MODEL_REQUESTS = False
+
+
+@pytest.mark.usefixtures("allow_http_models")
+async def test_openai_provider_defaults_to_the_upstream_and_uses_tool_calls() -> None:
+    router = respx.Router(base_url="http://upstream.test/v1", assert_all_called=True)
+    arguments = orjson.dumps({"operations": [{"op": "NEW", "content": "Is vegetarian"}]}).decode()
+    route = router.post("/chat/completions").respond(json=completion({"content": None, "tool_calls": [
+        {"id": "t1", "type": "function", "function": {"name": "final_result", "arguments": arguments}}]}))  # fmt: skip
+    settings = Settings(upstream_base_url="http://upstream.test/v1", upstream_api_key="sk-up",
+                        manager_temperature=0.1, manager_max_tokens=300)  # fmt: skip
+    async with httpx.AsyncClient(transport=httpx.MockTransport(router.async_handler)) as http:
+        operations = await Manager(settings, http_client=http).decide("chat-model", prompt())
+    assert operations is not None and operations[0].content == "Is vegetarian"
+    sent = route.calls.last.request
+    body = orjson.loads(sent.content)
+    assert sent.headers["authorization"] == "Bearer sk-up"
+    assert body["model"] == "chat-model" and body["temperature"] == 0.1
+    assert 300 in (body.get("max_tokens"), body.get("max_completion_tokens"))
+    assert [t["function"]["name"] for t in body["tools"]] == ["final_result"]
+
+
+@pytest.mark.usefixtures("allow_http_models")
+async def test_ollama_provider_uses_json_output_and_its_own_url_and_model() -> None:
+    router = respx.Router(base_url="http://ollama.test:11434/v1", assert_all_called=True)
+    text = orjson.dumps({"operations": [{"op": "DELETE", "id": 2}]}).decode()
+    route = router.post("/chat/completions").respond(json=completion({"content": text}))
+    settings = Settings(manager_provider="ollama", manager_base_url="http://ollama.test:11434/v1",
+                        manager_model="llama3.2")  # fmt: skip
+    async with httpx.AsyncClient(transport=httpx.MockTransport(router.async_handler)) as http:
+        operations = await Manager(settings, http_client=http).decide("chat-model", prompt())
+    assert operations is not None and [(o.op, o.id) for o in operations] == [(Op.DELETE, 2)]
+    body = orjson.loads(route.calls.last.request.content)
+    assert body["model"] == "llama3.2" and "tools" not in body
+    assert "operations" in orjson.dumps(body["messages"]).decode()  # the schema is in the prompt
+
+
+@pytest.mark.usefixtures("allow_http_models")
+async def test_an_unreachable_manager_is_dropped_not_raised() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    settings = Settings(upstream_base_url="http://upstream.test/v1", manager_max_retries=0)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as http:
+        assert await Manager(settings, http_client=http).decide("m", prompt()) is None
+
+
+async def test_an_answer_in_prose_is_no_decision() -> None:
+    """A model that chats instead of calling the output tool is asked again, then dropped."""
+    calls = 0
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        return ModelResponse(parts=[TextPart("I think the user is vegetarian now.")])
+
+    manager = Manager(
+        Settings(manager_max_retries=1),
+        http_client=httpx.AsyncClient(),
+        model=FunctionModel(answer),
+    )
+    assert await manager.decide("m", prompt()) is None
+    assert calls == 2
