@@ -92,6 +92,21 @@ class Settings(BaseSettings):
     """Longest memory content accepted by the API."""
 
     # --- the Manager: memory extraction after each chat -----------------------------------------
+    manager_enabled: bool = True
+    """Learn memories from chats in the background (false: memories come from the API only)."""
+    conversation_threshold: int = Field(default=2, ge=1)
+    """User messages a conversation needs before it is first processed (explicit requests to
+    remember or forget are processed at once)."""
+    processing_interval: float = Field(default=60.0, ge=0)
+    """Least seconds between two routine jobs of one user; exchanges in between join the next."""
+    manager_concurrency: int = Field(default=2, ge=1, le=64)
+    """Jobs run at once (never two of one user)."""
+    manager_queue_limit: int = Field(default=1000, ge=1)
+    """Queued jobs kept; beyond it the oldest routine jobs are dropped (explicit ones never)."""
+    manager_job_attempts: int = Field(default=5, ge=1)
+    """Attempts at a job before it is parked as failed (`memproxy jobs retry` queues it again)."""
+    manager_retry_seconds: float = Field(default=10.0, ge=0)
+    """Wait before a failed job's second attempt; doubled for each one after."""
     manager_provider: Literal["openai", "ollama"] = "openai"
     """API style of the Manager's model server: `openai` (tool calls) or `ollama` (JSON output)."""
     manager_base_url: str = ""

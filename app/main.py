@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 from fastapi import FastAPI
+from pydantic_ai.models import Model
 
 from app import __version__
 from app.api import chat, health, memories, models, relay
@@ -25,10 +26,13 @@ from app.errors import install_error_handlers
 from app.log import configure_logging
 from app.memory.db import create_engine, upgrade
 from app.memory.embedder import TextEmbedder, load_embedder
-from app.memory.hooks import RecallHooks
+from app.memory.hooks import ChatMemory
 from app.memory.index import configure_threads
+from app.memory.jobs import JobQueue
+from app.memory.manager import Manager
 from app.memory.service import MemoryService
 from app.memory.store import MemoryStore
+from app.memory.worker import Worker
 from app.metrics import Metrics
 from app.middleware import RequestIdMiddleware
 from app.proxy.hooks import BackgroundRunner, MemoryHooks
@@ -49,9 +53,11 @@ def create_app(
     upstream_transport: httpx.AsyncBaseTransport | None = None,
     hooks: MemoryHooks | None = None,
     embedder: TextEmbedder | None = None,
+    manager_model: Model | None = None,
 ) -> FastAPI:
     """Build the app. Tests inject `upstream_transport` (respx), `hooks` (recording fakes, in
-    place of memory recall) and `embedder` (a deterministic fake, in place of the model)."""
+    place of memory recall), `embedder` (a deterministic fake, in place of the model) and
+    `manager_model` (a PydanticAI FunctionModel, in place of the Manager's LLM)."""
     settings = settings if settings is not None else Settings()
     configure_logging(settings.log_level)
     authenticator = Authenticator(settings.parsed_api_keys)
@@ -78,7 +84,19 @@ def create_app(
             dense_weight=settings.dense_weight,
             cache_max_memories=settings.index_cache_max_memories,
         )
-        chat_hooks = hooks or RecallHooks(memory, settings, runner, metrics)
+        queue = JobQueue(store.sessions, limit=settings.manager_queue_limit)
+        manager_http = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.manager_timeout_seconds, connect=10.0)
+        )
+        worker = None
+        if settings.manager_enabled:
+            manager = Manager(settings, http_client=manager_http, model=manager_model)
+            worker = Worker(queue, memory, manager, settings)
+            await worker.start()
+        chat_hooks = hooks or ChatMemory(
+            memory, settings, runner, metrics,
+            queue=queue if settings.manager_enabled else None, worker=worker,
+        )  # fmt: skip
         app.state.services = Services(
             settings=settings,
             client=client,
@@ -103,6 +121,9 @@ def create_app(
             yield
         finally:
             await runner.drain(SHUTDOWN_GRACE_SECONDS)
+            if worker is not None:
+                await worker.stop()
+            await manager_http.aclose()
             await client.aclose()
             await engine.dispose()
             if embedder is None:

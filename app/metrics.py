@@ -20,6 +20,17 @@ class Metrics:
             buckets=(0, 1, 2, 4, 8, 16, 32),
             registry=self.registry,
         )
+        self.jobs_queued = Counter(
+            "memproxy_manager_jobs_queued",
+            "Exchanges queued for the Manager.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.jobs_dropped = Counter(
+            "memproxy_manager_jobs_dropped",
+            "Routine Manager jobs dropped because the queue was full.",
+            registry=self.registry,
+        )
         self.recall_failures = Counter(
             "memproxy_recall_failures",
             "Chat requests forwarded without memories because recall failed.",

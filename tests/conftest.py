@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import respx
+from pydantic_ai.models import Model
 
 from app.config import Settings
 from app.main import create_app
@@ -32,6 +33,8 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def make_settings(**overrides: Any) -> Settings:
+    # No test talks to a real Manager: those that exercise it pass a FunctionModel and enable it.
+    overrides.setdefault("manager_enabled", False)
     return Settings(upstream_base_url=UPSTREAM, **overrides)
 
 
@@ -51,6 +54,7 @@ async def make_client(upstream: respx.Router) -> AsyncIterator[AppClientFactory]
         async def factory(
             hooks: MemoryHooks | None = None,
             embedder: FakeEmbedder | None = None,
+            manager_model: Model | None = None,
             **overrides: Any,
         ) -> httpx.AsyncClient:
             app = create_app(
@@ -58,6 +62,7 @@ async def make_client(upstream: respx.Router) -> AsyncIterator[AppClientFactory]
                 upstream_transport=httpx.MockTransport(upstream.async_handler),
                 hooks=hooks,
                 embedder=embedder or FakeEmbedder(),
+                manager_model=manager_model,
             )
             return await stack.enter_async_context(running(app))
 

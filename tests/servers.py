@@ -57,6 +57,7 @@ def serve_stack(
     fake = FakeUpstream()
     with tempfile.TemporaryDirectory() as data, serve(fake) as upstream:
         settings.setdefault("database_url", f"sqlite+aiosqlite:///{data}/memproxy.db")
+        settings.setdefault("manager_enabled", False)  # no test talks to a real Manager
         app = create_app(
             Settings(upstream_base_url=f"{upstream}/v1", **settings),
             hooks=hooks,

@@ -94,7 +94,7 @@ async def test_log_lines_carry_the_request_id_and_no_content(
 async def test_open_server_warning_at_start(memproxy_records) -> None:
     for keys, expect_warning in (([], True), (["sk-1"], False)):
         memproxy_records.clear()
-        app = create_app(Settings(api_keys=keys), embedder=FakeEmbedder())
+        app = create_app(Settings(api_keys=keys, manager_enabled=False), embedder=FakeEmbedder())
         async with app.router.lifespan_context(app):
             pass
         warned = any(
@@ -106,7 +106,9 @@ async def test_open_server_warning_at_start(memproxy_records) -> None:
 
 async def test_unresolvable_upstream_host_is_502() -> None:
     base = "http://upstream.invalid:8080/v1"  # .invalid never resolves (RFC 2606)
-    app = create_app(Settings(upstream_base_url=base), embedder=FakeEmbedder())
+    app = create_app(
+        Settings(upstream_base_url=base, manager_enabled=False), embedder=FakeEmbedder()
+    )
     async with running(app) as client:
         error = assert_openai_error(
             await client.post("/v1/chat/completions", json=chat_body()), 502

@@ -194,13 +194,14 @@ async def test_ollama_provider_uses_json_output_and_its_own_url_and_model() -> N
 
 
 @pytest.mark.usefixtures("allow_http_models")
-async def test_an_unreachable_manager_is_dropped_not_raised() -> None:
+async def test_an_unreachable_manager_raises_for_the_worker_to_retry() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
 
     settings = Settings(upstream_base_url="http://upstream.test/v1", manager_max_retries=0)
     async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as http:
-        assert await Manager(settings, http_client=http).decide("m", prompt()) is None
+        with pytest.raises(Exception, match=r"(?i)connect|refused"):
+            await Manager(settings, http_client=http).decide("m", prompt())
 
 
 async def test_an_answer_in_prose_is_no_decision() -> None:

@@ -91,7 +91,9 @@ def _closed_port() -> int:
 
 async def test_real_refused_connection_is_502_and_server_keeps_serving() -> None:
     base = f"http://127.0.0.1:{_closed_port()}/v1"
-    app = create_app(Settings(upstream_base_url=base), embedder=FakeEmbedder())
+    app = create_app(
+        Settings(upstream_base_url=base, manager_enabled=False), embedder=FakeEmbedder()
+    )
     async with running(app) as client:
         for _ in range(2):
             error = assert_openai_error(

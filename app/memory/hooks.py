@@ -1,4 +1,5 @@
-"""Memory's side of the proxy hooks: recall and inject before forwarding.
+"""Memory's side of the proxy hooks: recall and inject before forwarding; queue what the
+exchange taught for the Manager after the response (:mod:`app.memory.extraction`).
 
 Promises (see :mod:`app.proxy.hooks` for when each hook runs):
 
@@ -10,7 +11,10 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
 - recall never fails a chat: an error or a wait beyond ``MEMPROXY_RECALL_TIMEOUT_SECONDS`` is
   logged as a warning and counted (``memproxy_recall_failures``), and the chat goes on without
   memories;
-- recall counters are updated after the request, off the hot path.
+- recall counters are updated after the request, off the hot path;
+- after a complete response to a chat that may write memories, the exchange's new turns are
+  queued for the Manager (durably, in the database) and the worker is woken; a failure there is
+  logged, and the turns, not fingerprinted, go with the conversation's next exchange.
 """
 
 from __future__ import annotations
@@ -21,10 +25,14 @@ import time
 
 from app.config import Settings
 from app.memory.context import memory_block, recall_query
+from app.memory.extraction import exchange, fingerprints_of
+from app.memory.jobs import JobQueue
+from app.memory.manager import transcript
 from app.memory.recall import Hit
 from app.memory.service import MemoryService
+from app.memory.worker import Worker
 from app.metrics import Metrics
-from app.proxy.hooks import BackgroundRunner, Completion, Preparation, RequestContext
+from app.proxy.hooks import BackgroundRunner, Completion, Outcome, Preparation, RequestContext
 from app.proxy.injection import BLOCK_START, insert_memory_block
 
 logger = logging.getLogger("memproxy.memory")
@@ -32,14 +40,21 @@ logger = logging.getLogger("memproxy.memory")
 INJECTED_HEADER = "X-Memories-Injected"
 
 
-class RecallHooks:
+class ChatMemory:
     def __init__(
         self,
         service: MemoryService,
         settings: Settings,
         runner: BackgroundRunner,
         metrics: Metrics,
+        *,
+        queue: JobQueue | None = None,
+        worker: Worker | None = None,
     ) -> None:
+        self._queue = queue
+        self._worker = worker
+        self._threshold_turns = settings.conversation_threshold
+        self._interval = settings.processing_interval
         self._service = service
         self._runner = runner
         self._metrics = metrics
@@ -95,7 +110,25 @@ class RecallHooks:
         )
 
     async def after_response(self, ctx: RequestContext, completion: Completion) -> None:
-        return None  # memory extraction (the Manager) attaches here
+        if self._queue is None or not ctx.write_allowed:
+            return
+        if completion.outcome is not Outcome.COMPLETED:
+            return  # an answer the user never saw teaches nothing
+        turns = transcript(ctx.history, completion.assistant_text)
+        marks = [f for _, f in fingerprints_of(turns)]
+        processed = await self._queue.processed(ctx.user_id, marks)
+        found = exchange(turns, processed, threshold=self._threshold_turns)
+        if found is None:
+            return
+        queued = await self._queue.enqueue(
+            ctx.user_id, ctx.model, found, interval_seconds=self._interval
+        )
+        self._metrics.jobs_queued.labels("explicit" if found.explicit else "routine").inc()
+        if queued.dropped:
+            self._metrics.jobs_dropped.inc(queued.dropped)
+            logger.warning("manager queue full: %d routine job(s) dropped", queued.dropped)
+        if self._worker is not None:
+            self._worker.wake()
 
 
 def _has_block(ctx: RequestContext) -> bool:

@@ -28,7 +28,7 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, PromptedOutput, ToolOutput
-from pydantic_ai.exceptions import AgentRunError
+from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -154,7 +154,9 @@ class Manager:
         return OpenAIChatModel(s.manager_model or request_model, provider=provider)
 
     async def decide(self, request_model: str, prompt: str) -> list[Operation] | None:
-        """The operations the Manager chose; None when its answer could not be used."""
+        """The operations the Manager chose; None when its answers stayed malformed through the
+        retries (dropped: asking again will not help). Failing to reach the model raises (the
+        worker retries the job later)."""
         s = self._settings
         output = (
             PromptedOutput(Decisions) if s.manager_provider == "ollama" else ToolOutput(Decisions)
@@ -172,8 +174,8 @@ class Manager:
         )
         try:
             result = await agent.run(prompt)
-        except (AgentRunError, httpx.HTTPError) as exc:
-            logger.warning("manager answer dropped: %s: %s", type(exc).__name__, exc)
+        except UnexpectedModelBehavior as exc:
+            logger.warning("manager answer dropped: %s", exc)
             return None
         return result.output.operations
 

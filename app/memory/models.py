@@ -125,3 +125,51 @@ class MemoryEvent(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (Index("ix_memory_events_user_memory", "user_id", "memory_id"),)
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    FAILED = "failed"
+    """Out of retries; kept with its error until `memproxy jobs retry`."""
+
+
+class ManagerJob(Base):
+    """One exchange waiting for the Manager. Deleted in the transaction that applies it, so a job
+    is applied once or not at all; its payload (conversation text) goes with it."""
+
+    __tablename__ = "manager_jobs"
+
+    key: Mapped[int] = mapped_column(Key, primary_key=True, autoincrement=True)
+    """Order of arrival: a user's jobs run in this order, one at a time."""
+    id: Mapped[str] = mapped_column(String(36), unique=True)
+    user_id: Mapped[str] = mapped_column(String(256))
+    explicit: Mapped[bool] = mapped_column(Boolean)
+    """The user asked to remember or forget something: never dropped, never held back."""
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_manager_jobs_status_user", "status", "user_id", "key"),)
+
+
+class ProcessedTurn(Base):
+    """A user turn already given to the Manager, by fingerprint (a hash, never the text):
+    clients resend whole conversations, and no turn is extracted twice."""
+
+    __tablename__ = "processed_turns"
+
+    user_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ManagerState(Base):
+    __tablename__ = "manager_state"
+
+    user_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    last_job_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    """When a job was last queued for the user (MEMPROXY_PROCESSING_INTERVAL counts from it)."""

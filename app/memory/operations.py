@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -33,6 +34,9 @@ from app.memory.parts import embed_memories, encode, vector_model
 from app.memory.records import now
 from app.memory.service import MemoryService
 from app.memory.store import bump_version
+
+if TYPE_CHECKING:
+    from app.memory.jobs import JobQueue
 
 logger = logging.getLogger("memproxy.manager")
 
@@ -84,8 +88,11 @@ class Applier:
         aliases: dict[int, str],
         *,
         job_id: str,
+        queue: JobQueue | None = None,
     ) -> list[Outcome]:
-        """Apply a job's operations (`aliases`: the numbers shown -> memory ids)."""
+        """Apply a job's operations (`aliases`: the numbers shown -> memory ids). With `queue`,
+        the job is deleted from it in the same transaction, and nothing is applied when it is
+        already gone (applied by another process): exactly once."""
         outcomes: list[Outcome] = []
         planned: list[_Planned] = []
         for operation in operations:
@@ -101,8 +108,8 @@ class Applier:
             plan.vectors = vectors
         outcomes += await self._skip_duplicates(user_id, planned)
         planned = [p for p in planned if p.vectors is not None or p.operation.op is Op.DELETE]
-        if planned:
-            outcomes += await self._commit(user_id, planned, job_id)
+        if planned or queue is not None:
+            outcomes += await self._commit(user_id, planned, job_id, queue)
         return outcomes
 
     async def _skip_duplicates(self, user_id: str, planned: list[_Planned]) -> list[Outcome]:
@@ -129,12 +136,19 @@ class Applier:
                 earlier.append(whole)
         return outcomes
 
-    async def _commit(self, user_id: str, planned: list[_Planned], job_id: str) -> list[Outcome]:
+    async def _commit(
+        self, user_id: str, planned: list[_Planned], job_id: str, queue: JobQueue | None
+    ) -> list[Outcome]:
         store = self._service.store
         model = vector_model(self._service.embedder)
         manager = MemorySource.MANAGER
-        outcomes = []
+        outcomes: list[Outcome] = []
         async with store.sessions.begin() as session:
+            if queue is not None and not await queue.consume(session, job_id):
+                logger.info("job %s was applied already; skipped", job_id)
+                return []
+            if not planned:
+                return []
             version = await bump_version(session, user_id)
             ids = [p.memory_id for p in planned if p.memory_id]
             rows = {

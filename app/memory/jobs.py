@@ -1,0 +1,222 @@
+"""The Manager's durable job queue, in the database (so several processes share it).
+
+Promises:
+
+- :meth:`JobQueue.enqueue` writes the job and the fingerprints of the turns it takes in one
+  transaction: a turn is queued once, and a job exists once its exchange is recorded;
+- a job is deleted in the transaction that applies it (:meth:`JobQueue.consume`), so it is applied
+  once or not at all, whenever the process dies; jobs a dead process was running are queued again
+  at start (:meth:`JobQueue.requeue_running`);
+- a user's jobs run one at a time, oldest first (:meth:`JobQueue.claim`);
+- routine exchanges within ``MEMPROXY_PROCESSING_INTERVAL`` of the user's last job join that
+  user's pending routine job, due at the end of the interval; an explicit request takes a
+  pending routine job's turns along and is due at once;
+- beyond ``MEMPROXY_MANAGER_QUEUE_LIMIT`` queued jobs, the oldest routine ones are dropped;
+  explicit ones never are.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.memory.extraction import Exchange
+from app.memory.models import JobStatus, ManagerJob, ManagerState, ProcessedTurn
+from app.memory.records import aware, now
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    user_id: str
+    explicit: bool
+    attempts: int
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    job_id: str
+    dropped: int
+    """Routine jobs dropped to keep the queue within its limit."""
+
+
+class JobQueue:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], *, limit: int = 1000) -> None:
+        self._sessions = sessions
+        self._limit = limit
+
+    async def processed(self, user_id: str, fingerprints: list[str]) -> set[str]:
+        """Which of these fingerprints a job already took."""
+        if not fingerprints:
+            return set()
+        query = select(ProcessedTurn.fingerprint).where(
+            ProcessedTurn.user_id == user_id, ProcessedTurn.fingerprint.in_(fingerprints)
+        )
+        async with self._sessions() as session:
+            return set(await session.scalars(query))
+
+    async def enqueue(
+        self, user_id: str, model: str, exchange: Exchange, *, interval_seconds: float
+    ) -> Queued:
+        stamp = now()
+        turns = [[t.role, t.text] for t in exchange.new]
+        async with self._sessions.begin() as session:
+            dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+            insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+            await session.execute(
+                insert(ProcessedTurn)
+                .values([{"user_id": user_id, "fingerprint": f, "created_at": stamp}
+                         for f in exchange.fingerprints])
+                .on_conflict_do_nothing()
+            )  # fmt: skip
+            pending = await session.scalar(
+                select(ManagerJob).where(
+                    ManagerJob.user_id == user_id,
+                    ManagerJob.status == JobStatus.QUEUED.value,
+                    ManagerJob.explicit.is_(False),
+                ).order_by(ManagerJob.key.desc()).limit(1)
+            )  # fmt: skip
+            if pending is not None and not exchange.explicit:
+                pending.payload = {**pending.payload, "new": pending.payload["new"] + turns,
+                                   "model": model}  # fmt: skip
+                return Queued(pending.id, 0)
+            context = [[t.role, t.text] for t in exchange.context]
+            due = stamp
+            if pending is not None:  # explicit: take the waiting routine turns along, now
+                context = pending.payload["context"]
+                turns = pending.payload["new"] + turns
+                await session.delete(pending)
+            elif not exchange.explicit:
+                last = await session.scalar(
+                    select(ManagerState.last_job_at).where(ManagerState.user_id == user_id)
+                )
+                if last is not None:
+                    due = max(stamp, aware(last) + timedelta(seconds=interval_seconds))
+            job = ManagerJob(
+                id=str(uuid.uuid4()), user_id=user_id, explicit=exchange.explicit,
+                status=JobStatus.QUEUED.value, attempts=0, next_attempt_at=due,
+                payload={"model": model, "context": context, "new": turns}, created_at=stamp,
+            )  # fmt: skip
+            session.add(job)
+            await session.execute(
+                insert(ManagerState)
+                .values(user_id=user_id, last_job_at=due)
+                .on_conflict_do_update(index_elements=[ManagerState.user_id],
+                                       set_={"last_job_at": due})
+            )  # fmt: skip
+            await session.flush()
+            return Queued(job.id, await self._trim(session))
+
+    async def _trim(self, session: AsyncSession) -> int:
+        queued = select(func.count()).where(ManagerJob.status == JobStatus.QUEUED.value)
+        excess = int(await session.scalar(queued) or 0) - self._limit
+        if excess <= 0:
+            return 0
+        oldest = select(ManagerJob.key).where(
+            ManagerJob.status == JobStatus.QUEUED.value, ManagerJob.explicit.is_(False)
+        ).order_by(ManagerJob.key).limit(excess)  # fmt: skip
+        keys = list(await session.scalars(oldest))
+        await session.execute(delete(ManagerJob).where(ManagerJob.key.in_(keys)))
+        return len(keys)
+
+    async def claim(self, limit: int, *, exclude_users: set[str]) -> list[Job]:
+        """Up to `limit` due jobs, each a user's oldest, of users with no job running (here or
+        in another process) and not in `exclude_users`; marked running."""
+        if limit <= 0:
+            return []
+        stamp = now()
+        async with self._sessions.begin() as session:
+            running = set(await session.scalars(
+                select(ManagerJob.user_id).where(ManagerJob.status == JobStatus.RUNNING.value)
+            ))  # fmt: skip
+            firsts = (
+                select(func.min(ManagerJob.key))
+                .where(ManagerJob.status == JobStatus.QUEUED.value)
+                .group_by(ManagerJob.user_id)
+            )
+            candidates = await session.scalars(
+                select(ManagerJob).where(ManagerJob.key.in_(firsts)).order_by(ManagerJob.key)
+            )
+            claimed: list[Job] = []
+            for job in candidates:
+                if len(claimed) >= limit:
+                    break
+                if job.user_id in running or job.user_id in exclude_users:
+                    continue
+                if aware(job.next_attempt_at) > stamp:
+                    continue
+                taken = await session.execute(
+                    update(ManagerJob)
+                    .where(ManagerJob.key == job.key, ManagerJob.status == JobStatus.QUEUED.value)
+                    .values(status=JobStatus.RUNNING.value, attempts=ManagerJob.attempts + 1)
+                )
+                if taken.rowcount:  # type: ignore[attr-defined]
+                    claimed.append(Job(job.id, job.user_id, job.explicit, job.attempts + 1,
+                                       dict(job.payload)))  # fmt: skip
+            return claimed
+
+    async def consume(self, session: AsyncSession, job_id: str) -> bool:
+        """Delete the job inside the caller's transaction; False when it was already gone
+        (applied by another process, or dropped): the caller must then apply nothing."""
+        result = await session.execute(delete(ManagerJob).where(ManagerJob.id == job_id))
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def retry_later(self, job_id: str, error: str, delay_seconds: float) -> None:
+        await self._set(job_id, status=JobStatus.QUEUED.value, error=error,
+                        next_attempt_at=now() + timedelta(seconds=delay_seconds))  # fmt: skip
+
+    async def park(self, job_id: str, error: str) -> None:
+        await self._set(job_id, status=JobStatus.FAILED.value, error=error)
+
+    async def requeue_running(self) -> int:
+        """Jobs marked running by a process that is gone: queued again (at start)."""
+        async with self._sessions.begin() as session:
+            result = await session.execute(
+                update(ManagerJob)
+                .where(ManagerJob.status == JobStatus.RUNNING.value)
+                .values(status=JobStatus.QUEUED.value)
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def retry_failed(self, user_id: str | None = None) -> int:
+        """Failed jobs queued again, from their first attempt (`memproxy jobs retry`)."""
+        query = update(ManagerJob).where(ManagerJob.status == JobStatus.FAILED.value)
+        if user_id is not None:
+            query = query.where(ManagerJob.user_id == user_id)
+        async with self._sessions.begin() as session:
+            result = await session.execute(
+                query.values(status=JobStatus.QUEUED.value, attempts=0, next_attempt_at=now())
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def counts(self, user_id: str | None = None) -> dict[str, int]:
+        query = select(ManagerJob.status, func.count()).group_by(ManagerJob.status)
+        if user_id is not None:
+            query = query.where(ManagerJob.user_id == user_id)
+        async with self._sessions() as session:
+            found = {status: int(n) for status, n in await session.execute(query)}
+        return {s.value: found.get(s.value, 0) for s in JobStatus}
+
+    async def failed(self, user_id: str | None = None) -> list[tuple[str, str, str | None]]:
+        """(job id, user, reason) of parked jobs."""
+        query = select(ManagerJob.id, ManagerJob.user_id, ManagerJob.error).where(
+            ManagerJob.status == JobStatus.FAILED.value
+        )
+        if user_id is not None:
+            query = query.where(ManagerJob.user_id == user_id)
+        async with self._sessions() as session:
+            return [(i, u, e) for i, u, e in await session.execute(query.order_by(ManagerJob.key))]
+
+    async def _set(self, job_id: str, **values: Any) -> None:
+        async with self._sessions.begin() as session:
+            await session.execute(
+                update(ManagerJob).where(ManagerJob.id == job_id).values(**values)
+            )

@@ -1,0 +1,135 @@
+"""Runs the Manager's jobs in the background, never in a chat's way.
+
+Each job: the user's memories most related to its new turns are numbered for the Manager, the
+Manager decides (:mod:`app.memory.manager`), and the operations are applied with the job deleted
+in the same transaction (:mod:`app.memory.operations`). Up to ``MEMPROXY_MANAGER_CONCURRENCY``
+jobs run at once, never two of one user. A Manager that cannot be reached, or any other failure,
+sends the job back with exponential backoff (``MEMPROXY_MANAGER_RETRY_SECONDS``, doubled each
+time); after ``MEMPROXY_MANAGER_JOB_ATTEMPTS`` attempts the job is parked as failed with the
+reason (``memproxy jobs retry`` queues it again). An answer that stays malformed is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+
+from app.config import Settings
+from app.memory.jobs import Job, JobQueue
+from app.memory.manager import Manager, Shown, Turn, build_prompt
+from app.memory.operations import Applier, Operation
+from app.memory.records import now
+from app.memory.service import MemoryService
+
+logger = logging.getLogger("memproxy.manager")
+
+POLL_SECONDS = 1.0
+"""How often the queue is looked at without a wake-up (jobs queued by other processes, retries
+coming due)."""
+RELATED_MEMORIES = 20
+CONTEXT_TURNS = 6
+
+
+class Worker:
+    def __init__(
+        self,
+        queue: JobQueue,
+        service: MemoryService,
+        manager: Manager,
+        settings: Settings,
+    ) -> None:
+        self._queue = queue
+        self._service = service
+        self._manager = manager
+        self._applier = Applier(service, dedup_threshold=settings.dedup_threshold)
+        self._concurrency = settings.manager_concurrency
+        self._attempts = settings.manager_job_attempts
+        self._retry_seconds = settings.manager_retry_seconds
+        self._role_aware = settings.role_aware
+        self._wakeup = asyncio.Event()
+        self._running: dict[asyncio.Task[None], str] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+        self.applied = 0
+        self.failed = 0
+
+    async def start(self) -> None:
+        requeued = await self._queue.requeue_running()
+        if requeued:
+            logger.info("%d manager job(s) of a stopped process queued again", requeued)
+        self._loop_task = asyncio.get_running_loop().create_task(self._loop(), name="manager")
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    async def stop(self) -> None:
+        """Stop now; a job cut off here was not committed and runs again at the next start."""
+        tasks = [t for t in (self._loop_task, *self._running) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                jobs = await self._queue.claim(
+                    self._concurrency - len(self._running),
+                    exclude_users=set(self._running.values()),
+                )
+            except Exception:
+                logger.warning("could not read the manager queue", exc_info=True)
+                jobs = []
+            for job in jobs:
+                task = asyncio.get_running_loop().create_task(self._run(job), name=f"job-{job.id}")
+                self._running[task] = job.user_id
+                task.add_done_callback(self._finished)
+            self._wakeup.clear()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), POLL_SECONDS)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        self._wakeup.set()
+
+    async def _run(self, job: Job) -> None:
+        try:
+            operations, aliases = await self._decide(job)
+            outcomes = await self._applier.apply(
+                job.user_id, operations or [], aliases, job_id=job.id, queue=self._queue
+            )
+            self.applied += 1
+            logger.info("job %s applied: %s", job.id, ", ".join(o.result for o in outcomes) or "-")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"[:1000]
+            if job.attempts >= self._attempts:
+                self.failed += 1
+                logger.warning("job %s failed %d times, parked: %s", job.id, job.attempts, reason)
+                await self._queue.park(job.id, reason)
+            else:
+                delay = self._retry_seconds * 2 ** (job.attempts - 1)
+                logger.info("job %s failed (%s); retrying in %.0f s", job.id, reason, delay)
+                await self._queue.retry_later(job.id, reason, delay)
+
+    async def _decide(self, job: Job) -> tuple[list[Operation] | None, dict[int, str]]:
+        new = [Turn(role, text) for role, text in job.payload["new"]]
+        context = [Turn(role, text) for role, text in job.payload["context"]][-CONTEXT_TURNS:]
+        query = " ".join(t.text for t in new if t.role == "user")[-2000:]
+        found = await self._service.search(
+            job.user_id, query or "-", limit=RELATED_MEMORIES, min_score=0.0
+        )
+        shown = [
+            Shown(i, f.memory.content, f.memory.type, f.memory.created_at)
+            for i, f in enumerate(found, start=1)
+        ]
+        aliases = {s.alias: f.memory.id for s, f in zip(shown, found, strict=True)}
+        prompt = build_prompt(
+            now=now(), memories=shown, context=context, new=new, role_aware=self._role_aware
+        )
+        operations = await self._manager.decide(job.payload["model"], prompt)
+        if operations is None:
+            logger.warning("job %s: the manager's answer was unusable; the job is dropped", job.id)
+        return operations, aliases
