@@ -123,6 +123,8 @@ class ChatMemory:
         queued = await self._queue.enqueue(
             ctx.user_id, ctx.model, found, interval_seconds=self._interval
         )
+        if queued is None:
+            return  # another request of this conversation queued these turns
         self._metrics.jobs_queued.labels("explicit" if found.explicit else "routine").inc()
         if queued.dropped:
             self._metrics.jobs_dropped.inc(queued.dropped)

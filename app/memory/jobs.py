@@ -27,7 +27,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.memory.extraction import Exchange
+from app.memory.extraction import Exchange, fingerprints_of
 from app.memory.models import JobStatus, ManagerJob, ManagerState, ProcessedTurn
 from app.memory.records import aware, now
 
@@ -48,6 +48,20 @@ class Queued:
     """Routine jobs dropped to keep the queue within its limit."""
 
 
+def _owned(exchange: Exchange, taken: set[str]) -> list[list[str]]:
+    """The exchange's new turns this job took: its user turns, each with the replies after it."""
+    marks = dict(fingerprints_of([*exchange.context, *exchange.new]))
+    offset = len(exchange.context)
+    out: list[list[str]] = []
+    keep = False
+    for i, turn in enumerate(exchange.new):
+        if turn.role == "user":
+            keep = marks.get(offset + i) in taken
+        if keep:
+            out.append([turn.role, turn.text])
+    return out
+
+
 class JobQueue:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, limit: int = 1000) -> None:
         self._sessions = sessions
@@ -65,18 +79,24 @@ class JobQueue:
 
     async def enqueue(
         self, user_id: str, model: str, exchange: Exchange, *, interval_seconds: float
-    ) -> Queued:
+    ) -> Queued | None:
+        """Queue the exchange's turns that no other job took; None when another took them all
+        (two requests of one conversation finishing together)."""
         stamp = now()
-        turns = [[t.role, t.text] for t in exchange.new]
         async with self._sessions.begin() as session:
             dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
             insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-            await session.execute(
+            # The database decides which turns are this job's: the fingerprints it inserts.
+            taken = set(await session.scalars(
                 insert(ProcessedTurn)
                 .values([{"user_id": user_id, "fingerprint": f, "created_at": stamp}
                          for f in exchange.fingerprints])
                 .on_conflict_do_nothing()
-            )  # fmt: skip
+                .returning(ProcessedTurn.fingerprint)
+            ))  # fmt: skip
+            if not taken:
+                return None
+            turns = _owned(exchange, taken)
             pending = await session.scalar(
                 select(ManagerJob).where(
                     ManagerJob.user_id == user_id,
@@ -153,14 +173,20 @@ class JobQueue:
                     continue
                 if aware(job.next_attempt_at) > stamp:
                     continue
-                taken = await session.execute(
-                    update(ManagerJob)
-                    .where(ManagerJob.key == job.key, ManagerJob.status == JobStatus.QUEUED.value)
-                    .values(status=JobStatus.RUNNING.value, attempts=ManagerJob.attempts + 1)
-                )
-                if taken.rowcount:  # type: ignore[attr-defined]
-                    claimed.append(Job(job.id, job.user_id, job.explicit, job.attempts + 1,
-                                       dict(job.payload)))  # fmt: skip
+                # The payload as of the claim itself: a merge may have grown it since the read.
+                taken = (
+                    await session.execute(
+                        update(ManagerJob)
+                        .where(
+                            ManagerJob.key == job.key, ManagerJob.status == JobStatus.QUEUED.value
+                        )
+                        .values(status=JobStatus.RUNNING.value, attempts=ManagerJob.attempts + 1)
+                        .returning(ManagerJob.attempts, ManagerJob.payload)
+                    )
+                ).first()
+                if taken is not None:
+                    attempts, payload = taken
+                    claimed.append(Job(job.id, job.user_id, job.explicit, attempts, dict(payload)))
             return claimed
 
     async def consume(self, session: AsyncSession, job_id: str) -> bool:

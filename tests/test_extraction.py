@@ -1,0 +1,356 @@
+"""Memory extraction end to end in-process: chats become durable Manager jobs (a FunctionModel
+stands in for the LLM, respx for the upstream), each turn is extracted once, jobs survive crashes
+and apply exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import respx
+from pydantic_ai import models
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from app.memory.extraction import exchange, is_explicit
+from app.memory.jobs import JobQueue
+from app.memory.manager import Turn
+from app.memory.operations import Applier, Op, Operation
+from app.memory.service import MemoryService
+from tests.conftest import AppClientFactory
+from tests.helpers import completion_json
+
+ANN = {"X-User-Id": "ann"}
+FACTS = [
+    "I live in Oslo",
+    "My cat is called Tom",
+    "I work as a nurse",
+    "Sushi is my favourite food",
+    "My sister Eva studies law",
+    "I run marathons",
+    "We drive a green Volvo",
+    "I speak Portuguese",
+    "Jazz helps me relax",
+    "Our garden has apple trees",
+]  # distinct words: the fake embedder finds no near-duplicates among them
+
+
+@pytest.fixture(autouse=True)
+def _no_real_models() -> Iterator[None]:
+    models.ALLOW_MODEL_REQUESTS = False
+    yield
+
+
+def new_user_lines(messages: list[ModelMessage]) -> list[str]:
+    prompt = str(next(m for m in messages if isinstance(m, ModelRequest)).parts[-1].content)  # type: ignore[union-attr]
+    new = prompt.split("The new exchange (decide from this):", 1)[1]
+    return re.findall(r"^USER: (.*)$", new, re.M)
+
+
+class Remembering:
+    """A Manager that makes each new user line a memory, and records what it was shown."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[str]] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        lines = new_user_lines(messages)
+        self.seen.append(lines)
+        ops = [{"op": "NEW", "content": line, "type": "fact"} for line in lines]
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"operations": ops})])
+
+
+def services(client: httpx.AsyncClient) -> Any:
+    return client._transport.app.state.services  # type: ignore[attr-defined]
+
+
+async def until(check: Callable[[], Awaitable[bool]], seconds: float = 10) -> None:
+    async def loop() -> None:
+        while not await check():  # noqa: ASYNC110 (database state: nothing to await on)
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(loop(), seconds)
+
+
+async def memories(client: httpx.AsyncClient, user: str = "ann") -> list[str]:
+    data = (
+        await client.get("/v1/memories", params={"limit": 1000}, headers={"X-User-Id": user})
+    ).json()["data"]
+    return sorted(m["content"] for m in data)
+
+
+@pytest.fixture
+def upstream_ok(upstream: respx.Router) -> respx.Route:
+    return upstream.post("/chat/completions").respond(json=completion_json("Noted."))
+
+
+async def manager_client(
+    make_client: AppClientFactory, model: Any, **settings: Any
+) -> httpx.AsyncClient:
+    settings = {"manager_enabled": True, "processing_interval": 0, "conversation_threshold": 1,
+                "manager_retry_seconds": 0, **settings}  # fmt: skip
+    client: httpx.AsyncClient = await make_client(manager_model=FunctionModel(model), **settings)
+    return client
+
+
+@pytest.mark.parametrize("text", [
+    "Please remember that my wife is called Ana", "remember my PIN hint is the cat", "Don't forget I'm vegan",
+    "Keep in mind I live in Porto now", "Please note: I prefer metric units", "Forget that I live in Oslo",
+    "That's no longer true, I quit smoking", "From now on call me Sam", "I no longer work at Acme",
+])  # fmt: skip
+def test_explicit_requests_are_recognised(text: str) -> None:
+    assert is_explicit(text)
+
+
+@pytest.mark.parametrize("text", [
+    "Do you remember the capital of Peru?", "What is the weather like?", "I forgot my umbrella",
+    "Note the difference between these two functions", "How long is a marathon?",
+])  # fmt: skip
+def test_ordinary_messages_are_not_explicit(text: str) -> None:
+    assert not is_explicit(text)
+
+
+def test_exchange_takes_only_new_turns_and_waits_for_the_threshold() -> None:
+    turns = [
+        Turn("user", "I live in Oslo"),
+        Turn("assistant", "Nice!"),
+        Turn("user", "I have a cat"),
+    ]
+    assert exchange(turns[:1], set(), threshold=2) is None  # one user message: too early
+    first = exchange(turns, set(), threshold=2)
+    assert (
+        first is not None
+        and first.new == turns
+        and first.context == []
+        and len(first.fingerprints) == 2
+    )
+    later = [*turns, Turn("assistant", "Cute"), Turn("user", "I also run")]
+    second = exchange(later, set(first.fingerprints), threshold=2)
+    assert second is not None and second.context == [*turns, Turn("assistant", "Cute")]
+    assert second.new == [Turn("user", "I also run")] and len(second.fingerprints) == 1
+    assert exchange(later, set(first.fingerprints + second.fingerprints), threshold=2) is None
+    explicit = exchange([Turn("user", "Remember that I'm allergic to nuts")], set(), threshold=5)
+    assert explicit is not None and explicit.explicit
+
+
+async def test_a_ten_turn_chat_creates_each_memory_once(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    manager = Remembering()
+    client = await manager_client(make_client, manager)
+    conversation: list[dict[str, Any]] = [{"role": "system", "content": "Be kind."}]
+    for fact in FACTS:
+        conversation.append({"role": "user", "content": fact})
+        response = await client.post(
+            "/v1/chat/completions", json={"model": "m", "messages": conversation}, headers=ANN
+        )
+        assert response.status_code == 200
+        conversation.append({"role": "assistant", "content": "Noted."})
+    expected = sorted(FACTS)
+    await until(lambda: _equals(memories(client), expected))
+    await until(lambda: _no_jobs(client))
+    shown = [line for call in manager.seen for line in call]
+    assert sorted(shown) == expected  # every user turn reached the Manager exactly once
+    assert await memories(client) == expected
+
+
+async def _equals(coro: Awaitable[list[str]], expected: list[str]) -> bool:
+    return await coro == expected
+
+
+async def _no_jobs(client: httpx.AsyncClient) -> bool:
+    counts = await services(client).proxy.hooks._queue.counts()
+    return sum(counts.values()) == 0
+
+
+@pytest.mark.parametrize(("headers", "messages"), [
+    ({"X-OpenWebUI-Task": "title_generation"}, [{"role": "user", "content": "My cat is Tom"}]),
+    ({"X-Memory": "off"}, [{"role": "user", "content": "My cat is Tom"}]),
+    ({"X-Memory": "read-only"}, [{"role": "user", "content": "My cat is Tom"}]),
+    ({}, [{"role": "user", "content": "My cat is Tom"},
+          {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+          {"role": "tool", "tool_call_id": "c", "content": "tool says hi"}]),
+], ids=["task", "memory off", "read-only", "tool continuation"])  # fmt: skip
+async def test_no_job_for_tasks_tool_continuations_or_memory_off(
+    make_client: AppClientFactory,
+    upstream_ok: respx.Route,
+    headers: dict[str, str],
+    messages: list[dict[str, Any]],
+) -> None:
+    manager = Remembering()
+    client = await manager_client(make_client, manager)
+    await client.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": messages},
+        headers={**ANN, **headers},
+    )
+    await services(client).runner.drain(5)
+    assert await services(client).proxy.hooks._queue.counts() == {
+        "queued": 0,
+        "running": 0,
+        "failed": 0,
+    }
+    assert manager.seen == [] and await memories(client) == []
+
+
+async def test_threshold_holds_routine_chats_but_not_explicit_requests(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    manager = Remembering()
+    client = await manager_client(make_client, manager, conversation_threshold=3)
+    await client.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "I like tea"}]},
+        headers=ANN,
+    )
+    await services(client).runner.drain(5)
+    assert manager.seen == []
+    explicit = [{"role": "user", "content": "Please remember that my sister is Eva"}]
+    await client.post(
+        "/v1/chat/completions", json={"model": "m", "messages": explicit}, headers=ANN
+    )
+    await until(lambda: _equals(memories(client), ["Please remember that my sister is Eva"]))
+
+
+async def test_exchanges_within_the_interval_join_one_job(tmp_path: Path) -> None:
+    from app.memory.db import create_engine, upgrade
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/q.db")
+    await upgrade(engine)
+    from app.memory.store import MemoryStore
+
+    queue = JobQueue(MemoryStore(engine).sessions, limit=100)
+    turns = [Turn("user", "I live in Oslo"), Turn("assistant", "ok")]
+    first = exchange(turns, set(), threshold=1)
+    assert first is not None
+    one = await queue.enqueue("ann", "m", first, interval_seconds=0)
+    (claimed,) = await queue.claim(5, exclude_users=set())  # the first runs; the next must wait
+    later = [*turns, Turn("user", "I have a cat"), Turn("assistant", "ok")]
+    second = exchange(later, set(first.fingerprints), threshold=1)
+    third = exchange(
+        [*later, Turn("user", "I run")], set(first.fingerprints + second.fingerprints), threshold=1
+    )  # type: ignore[union-attr]
+    assert second is not None and third is not None
+    two = await queue.enqueue("ann", "m", second, interval_seconds=3600)
+    three = await queue.enqueue("ann", "m", third, interval_seconds=3600)
+    assert claimed.id == one.job_id and two.job_id == three.job_id  # joined, due in an hour
+    assert await queue.counts() == {"queued": 1, "running": 1, "failed": 0}
+    assert (
+        await queue.claim(5, exclude_users=set()) == []
+    )  # ann has one running; the next is not due
+    explicit = exchange([*later, Turn("user", "I run"), Turn("assistant", "ok"), Turn("user", "Remember that I'm vegan")],
+                        set(first.fingerprints + second.fingerprints + third.fingerprints), threshold=1)  # fmt: skip
+    assert explicit is not None and explicit.explicit
+    merged = await queue.enqueue("ann", "m", explicit, interval_seconds=3600)
+    assert merged.job_id != two.job_id and await queue.counts() == {
+        "queued": 1,
+        "running": 1,
+        "failed": 0,
+    }
+    await queue.retry_later(claimed.id, "done elsewhere", 0)  # the first job leaves "running"
+    async with queue._sessions.begin() as session:
+        assert await queue.consume(session, claimed.id)
+    (due,) = await queue.claim(5, exclude_users=set())
+    assert [text for _, text in due.payload["new"] if text != "ok"] == [
+        "I have a cat",
+        "I run",
+        "Remember that I'm vegan",
+    ]
+    await engine.dispose()
+
+
+async def test_a_full_queue_drops_the_oldest_routine_jobs_never_explicit(tmp_path: Path) -> None:
+    from app.memory.db import create_engine, upgrade
+    from app.memory.store import MemoryStore
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/q.db")
+    await upgrade(engine)
+    queue = JobQueue(MemoryStore(engine).sessions, limit=2)
+    explicit = exchange([Turn("user", "Remember that I'm vegan")], set(), threshold=1)
+    assert explicit is not None
+    await queue.enqueue("u0", "m", explicit, interval_seconds=0)
+    dropped = 0
+    for i in range(1, 4):
+        routine = exchange([Turn("user", f"I have {i} cats")], set(), threshold=1)
+        assert routine is not None
+        dropped += (await queue.enqueue(f"u{i}", "m", routine, interval_seconds=0)).dropped
+    assert dropped == 2 and (await queue.counts())["queued"] == 2
+    users = sorted(job.user_id for job in await queue.claim(10, exclude_users=set()))
+    assert users == ["u0", "u3"]  # the explicit one stayed, the newest routine one too
+    await engine.dispose()
+
+
+async def test_failures_retry_then_park_and_jobs_retry_requeues(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    calls = 0
+
+    def unreachable(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError("manager unreachable")
+
+    client = await manager_client(make_client, unreachable, manager_job_attempts=3)
+    await client.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]},
+        headers=ANN,
+    )
+    queue: JobQueue = services(client).proxy.hooks._queue
+    await until(lambda: _failed(queue))
+    assert calls == 3
+    ((_job_id, user, reason),) = await queue.failed()
+    assert user == "ann" and "manager unreachable" in (reason or "")
+    assert await queue.retry_failed("ann") == 1
+    await until(lambda: _failed(queue))  # still unreachable: parked again after 3 more attempts
+    assert calls == 6
+
+
+async def _failed(queue: JobQueue) -> bool:
+    return (await queue.counts())["failed"] == 1
+
+
+async def test_a_job_already_applied_is_not_applied_again(make_client: AppClientFactory) -> None:
+    client = await make_client()
+    service: MemoryService = services(client).memory
+    queue = JobQueue(service.store.sessions)
+    outcomes = await Applier(service).apply(
+        "ann", [Operation(op=Op.NEW, content="Lives in Oslo")], {}, job_id="gone", queue=queue
+    )
+    assert outcomes == [] and await memories(client) == []
+
+
+async def test_a_crash_mid_job_loses_nothing_and_applies_once(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    """The process stops while the Manager is thinking; the next start finishes the job, once."""
+    started = asyncio.Event()
+
+    async def stuck(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        started.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    first = await manager_client(make_client, stuck)
+    await first.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]},
+        headers=ANN,
+    )
+    await asyncio.wait_for(started.wait(), 10)
+    worker = services(first).proxy.hooks._worker
+    await worker.stop()  # the process dies: the job stays "running", nothing was committed
+    queue: JobQueue = services(first).proxy.hooks._queue
+    assert await queue.counts() == {"queued": 0, "running": 1, "failed": 0}
+
+    manager = Remembering()
+    second = await manager_client(make_client, manager)  # a new process on the same database
+    await until(lambda: _equals(memories(second), ["I live in Oslo"]))
+    await until(lambda: _no_jobs(second))
+    await asyncio.sleep(0.2)
+    assert manager.seen == [["I live in Oslo"]] and await memories(second) == ["I live in Oslo"]
