@@ -4,6 +4,7 @@
 ``memproxy db upgrade``                    bring the database schema to the newest migration
 ``memproxy memories list|add|search|delete|export|import --user U``   see app/cli_memory.py
 ``memproxy index rebuild [--user U]``      re-embed and check the search indexes
+``memproxy jobs list|retry [--user U]``    the Manager's queue: counts, failures; re-queue them
 ``memproxy fake-upstream [--port P]``      run a fake OpenAI-compatible model server, for trying
                                            memproxy (and its README examples) without a real LLM
 """
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
         url = Settings().database_url
         asyncio.run(_upgrade(url))
         print(f"database at the newest schema: {url}")
-    elif args.command in ("memories", "index"):
+    elif args.command in ("memories", "index", "jobs"):
         return cli_memory.run(args, embedder)
     elif args.command == "fake-upstream":
         from app.devtools.fake_upstream import FakeUpstream

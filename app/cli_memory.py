@@ -9,6 +9,7 @@ on the database (same service, same validation, same limits as the HTTP API).
     memproxy memories import --user U [FILE]                 (JSON Lines; stdin by default)
     memproxy index rebuild [--user U]   re-embed what the configured model has no vectors for,
                                         and check every user's index builds (with progress)
+    memproxy jobs list|retry [--user U] the Manager's queue: counts and failures; re-queue them
 
 Exit status: 0 done, 1 nothing found (get/delete of unknown ids), 2 bad input.
 """
@@ -31,6 +32,7 @@ from app.config import Settings
 from app.errors import MemproxyError
 from app.memory.db import create_engine, upgrade
 from app.memory.embedder import TextEmbedder, load_embedder
+from app.memory.jobs import JobQueue
 from app.memory.models import MemoryType
 from app.memory.records import NewMemory
 from app.memory.service import MemoryService
@@ -73,6 +75,14 @@ def add_parsers(commands: Any) -> None:
     imports = actions.add_parser("import", parents=[user])
     imports.add_argument("file", nargs="?", help="JSON Lines file (default: standard input)")
 
+    jobs = commands.add_parser("jobs", help="the Manager's job queue")
+    jobs.add_argument(
+        "action",
+        choices=["list", "retry"],
+        help="list: counts, failures; retry: queue failures again",
+    )
+    jobs.add_argument("--user", help="only this user's jobs")
+
     index = commands.add_parser("index", help="search indexes")
     index.add_argument("action", choices=["rebuild"])
     index.add_argument("--user", help="only this user (default: every user)")
@@ -99,7 +109,7 @@ async def _run(
     model = embedder if embedder is not None else await asyncio.to_thread(load_embedder, settings)
     memory = MemoryService(MemoryStore(engine), model, dense_weight=settings.dense_weight)
     try:
-        handler = _HANDLERS[args.action if args.command == "memories" else "rebuild"]
+        handler = _HANDLERS[args.action if args.command == "memories" else args.command]
         return await handler(memory, settings, args, console)
     finally:
         await engine.dispose()
@@ -211,6 +221,18 @@ async def _rebuild(memory: MemoryService, settings: Settings, args: Any, console
     return 0
 
 
+async def _jobs(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
+    queue = JobQueue(memory.store.sessions)
+    if args.action == "retry":
+        console.print(f"queued again: {await queue.retry_failed(args.user)} failed job(s)")
+        return 0
+    counts = await queue.counts(args.user)
+    print(" ".join(f"{status} {n}" for status, n in counts.items()))
+    for job_id, user_id, reason in await queue.failed(args.user):
+        print(f"failed {job_id} user={user_id}: {reason}")
+    return 0
+
+
 _HANDLERS: dict[str, Callable[[MemoryService, Settings, Any, Console], Awaitable[int]]] = {
     "list": _list,
     "add": _add,
@@ -218,7 +240,8 @@ _HANDLERS: dict[str, Callable[[MemoryService, Settings, Any, Console], Awaitable
     "delete": _delete,
     "export": _export,
     "import": _import,
-    "rebuild": _rebuild,
+    "index": _rebuild,
+    "jobs": _jobs,
 }
 
 

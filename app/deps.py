@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import ApiKey, Settings
 from app.errors import InvalidRequest, PermissionDenied
+from app.memory.jobs import JobQueue
 from app.memory.service import MemoryService
 from app.memory.store import MemoryStore
 from app.metrics import Metrics
@@ -42,6 +43,7 @@ class Services:
     memory: MemoryService
     metrics: Metrics
     admins: Authenticator
+    jobs: JobQueue
     """`MEMPROXY_ADMIN_KEYS`: accepted by the memory API, where they may name any user."""
 
 

@@ -110,6 +110,7 @@ def create_app(
             memory=memory,
             metrics=metrics,
             admins=Authenticator([ApiKey(k, None) for k in settings.admin_keys]),
+            jobs=queue,
         )
         logger.info("memproxy %s forwarding to %s", __version__, settings.upstream_base_url)
         if not authenticator.enabled:

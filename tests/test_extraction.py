@@ -354,3 +354,40 @@ async def test_a_crash_mid_job_loses_nothing_and_applies_once(
     await until(lambda: _no_jobs(second))
     await asyncio.sleep(0.2)
     assert manager.seen == [["I live in Oslo"]] and await memories(second) == ["I live in Oslo"]
+
+
+async def test_failed_jobs_show_in_stats_and_the_cli_requeues_them(
+    make_client: AppClientFactory, upstream_ok: respx.Route, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def unreachable(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise ConnectionError("manager unreachable")
+
+    client = await manager_client(make_client, unreachable, manager_job_attempts=1)
+    await client.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]},
+        headers=ANN,
+    )
+    queue: JobQueue = services(client).jobs
+    await until(lambda: _failed(queue))
+    await services(client).proxy.hooks._worker.stop()  # the CLI is another process
+    stats = (await client.get("/v1/memories/stats", headers=ANN)).json()["jobs"]
+    assert stats["failed"] == 1 and "manager unreachable" in stats["failures"][0]["reason"]
+    assert (await client.get("/v1/memories/stats", headers={"X-User-Id": "bob"})).json()["jobs"][
+        "failed"
+    ] == 0
+
+    from app import cli
+    from tests.fakes import FakeEmbedder
+
+    assert await asyncio.to_thread(cli.main, ["jobs", "list"], embedder=FakeEmbedder()) == 0
+    listed = capsys.readouterr().out
+    assert "failed 1" in listed and "user=ann: ConnectionError: manager unreachable" in listed
+    assert (
+        await asyncio.to_thread(
+            cli.main, ["jobs", "retry", "--user", "ann"], embedder=FakeEmbedder()
+        )
+        == 0
+    )
+    assert "queued again: 1" in capsys.readouterr().err
+    assert (await queue.counts("ann"))["queued"] == 1

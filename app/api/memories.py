@@ -107,10 +107,16 @@ async def search_memories(body: MemorySearch, caller: MemoryCallerDep) -> Search
 
 
 @router.get("/stats", responses=_ERRORS)
-async def memory_stats(caller: MemoryCallerDep) -> dict[str, Any]:
-    return {"object": "memory.stats", "user_id": caller.user_id} | await caller.memory.stats(
-        caller.user_id
-    )
+async def memory_stats(request: Request, caller: MemoryCallerDep) -> dict[str, Any]:
+    """Counts of the user's memories, and of their Manager jobs (queued, running, failed with
+    the reasons)."""
+    stats = await caller.memory.stats(caller.user_id)
+    queue = request.app.state.services.jobs
+    failed = await queue.failed(caller.user_id)
+    stats["jobs"] = await queue.counts(caller.user_id) | {
+        "failures": [{"job_id": j, "reason": r} for j, _, r in failed]
+    }
+    return {"object": "memory.stats", "user_id": caller.user_id} | stats
 
 
 @router.get("/export", responses=_ERRORS, response_class=StreamingResponse)
