@@ -165,3 +165,38 @@ async def test_history_shows_why_a_memory_exists_and_is_private(client: httpx.As
         "param",
         "code",
     }
+
+
+async def test_deleting_all_memories_erases_their_history_fingerprints_and_jobs(
+    client: httpx.AsyncClient,
+) -> None:
+    from app.memory.extraction import exchange
+    from app.memory.jobs import JobQueue
+    from app.memory.manager import Turn
+
+    services = client._transport.app.state.services  # type: ignore[attr-defined]
+    created = (
+        await client.post(
+            "/v1/memories", json={"content": "Lives in Oslo"}, headers={"X-User-Id": "ann"}
+        )
+    ).json()
+    await client.delete(f"/v1/memories/{created['id']}", headers={"X-User-Id": "ann"})
+    history = await client.get(
+        f"/v1/memories/{created['id']}/history", headers={"X-User-Id": "ann"}
+    )
+    assert [e["action"] for e in history.json()["data"]] == [
+        "created",
+        "deleted",
+    ]  # one deletion keeps it
+    queue: JobQueue = services.jobs
+    found = exchange([Turn("user", "I have a cat")], set(), threshold=1)
+    assert found is not None
+    await queue.enqueue("ann", "m", found, interval_seconds=0)
+    await queue.enqueue("bob", "m", found, interval_seconds=0)
+
+    await client.delete("/v1/memories", params={"confirm": "true"}, headers={"X-User-Id": "ann"})
+    gone = await client.get(f"/v1/memories/{created['id']}/history", headers={"X-User-Id": "ann"})
+    assert gone.status_code == 404
+    assert await queue.counts("ann") == {"queued": 0, "running": 0, "failed": 0}
+    assert await queue.processed("ann", found.fingerprints) == set()
+    assert (await queue.counts("bob"))["queued"] == 1  # another user's are untouched

@@ -27,7 +27,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
 from app.memory import events
-from app.memory.models import EventAction, Memory, MemorySource, MemoryType, UserState
+from app.memory.models import (
+    EventAction,
+    ManagerJob,
+    Memory,
+    MemoryEvent,
+    MemorySource,
+    MemoryType,
+    ProcessedTurn,
+    UserState,
+)
 from app.memory.records import (
     RECORD_COLUMNS,
     Deleted,
@@ -163,7 +172,13 @@ class MemoryStore:
         return await self._delete(user_id, Memory.id.in_(list(memory_ids)), actor)
 
     async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> Deleted:
-        return await self._delete(user_id, None, actor)
+        """Erase everything kept about the user's memories: the memories, their history, the
+        fingerprints of processed turns and the Manager jobs not yet applied."""
+        deleted = await self._delete(user_id, None, actor)
+        async with self.sessions.begin() as session:
+            for table in (MemoryEvent, ProcessedTurn, ManagerJob):
+                await session.execute(delete(table).where(table.user_id == user_id))
+        return deleted
 
     async def _delete(self, user_id: str, condition: Any, actor: MemorySource) -> Deleted:
         async with self.sessions.begin() as session:
