@@ -37,6 +37,7 @@ bench: install
 	$(BIN)/python bench/overhead.py --memories 0
 	$(BIN)/python bench/recall_eval.py
 	$(BIN)/python bench/recall_bench.py
+	$(BIN)/python bench/manager_overhead.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

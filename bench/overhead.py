@@ -296,6 +296,7 @@ def main() -> None:
             "MEMPROXY_DATABASE_URL": database,
             "MEMPROXY_EMBEDDING_CACHE_DIR": str(MODELS),
             "MEMPROXY_RELEVANCE_THRESHOLD": "0",
+            "MEMPROXY_MANAGER_ENABLED": "false",  # recall alone: bench/manager_overhead.py
         }
         with (
             server(upstream_cmd, up_port, {}),

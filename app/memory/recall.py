@@ -78,12 +78,16 @@ class Searcher:
         limit: int,
         min_score: float = 0.0,
         types: Sequence[str] = (),
+        background: bool = False,
     ) -> list[Hit]:
         """The user's best memories for `query`, best first, at most `limit`, none below
-        `min_score`, only of `types` when given."""
+        `min_score`, only of `types` when given. `background` searches (the Manager's) embed
+        the query on the memories' embedder, leaving the query embedder to chats."""
         # The query is embedded on the embedder's thread while the index is checked and BM25
         # scores the query here: neither needs the other.
-        embedding = asyncio.ensure_future(self._embedder.embed_query(query))
+        embedding = asyncio.ensure_future(
+            self._embed_background(query) if background else self._embedder.embed_query(query)
+        )
         try:
             entry = await self._cache.get(user_id)
         except BaseException:
@@ -107,6 +111,10 @@ class Searcher:
             allowed = set(types)
             chosen = [h for h in chosen if entry.briefs[h.key].type in allowed]
         return chosen[:limit]
+
+    async def _embed_background(self, query: str) -> np.ndarray:
+        vector: np.ndarray = (await self._embedder.embed([query]))[0]
+        return vector
 
     def _rank(
         self,

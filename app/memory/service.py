@@ -132,10 +132,11 @@ class MemoryService:
         limit: int,
         min_score: float,
         types: Sequence[str] = (),
+        background: bool = False,
     ) -> list[Found]:
         """Ranked as chat recall ranks (:mod:`app.memory.recall`), with the memories loaded."""
         hits = await self.searcher.search(
-            user_id, query, limit=limit, min_score=min_score, types=types
+            user_id, query, limit=limit, min_score=min_score, types=types, background=background
         )
         records = await self.store.get_many(user_id, [h.key for h in hits])
         return [Found(records[h.key], h) for h in hits if h.key in records]

@@ -119,7 +119,7 @@ class Worker:
         context = [Turn(role, text) for role, text in job.payload["context"]][-CONTEXT_TURNS:]
         query = " ".join(t.text for t in new if t.role == "user")[-2000:]
         found = await self._service.search(
-            job.user_id, query or "-", limit=RELATED_MEMORIES, min_score=0.0
+            job.user_id, query or "-", limit=RELATED_MEMORIES, min_score=0.0, background=True
         )
         shown = [
             Shown(i, f.memory.content, f.memory.type, f.memory.created_at)
