@@ -191,6 +191,7 @@ async def test_no_job_for_tasks_tool_continuations_or_memory_off(
     )
     await services(client).runner.drain(5)
     assert await services(client).proxy.hooks._queue.counts() == {
+        "awaiting": 0,
         "queued": 0,
         "running": 0,
         "failed": 0,
@@ -239,7 +240,7 @@ async def test_exchanges_within_the_interval_join_one_job(tmp_path: Path) -> Non
     two = await queue.enqueue("ann", "m", second, interval_seconds=3600)
     three = await queue.enqueue("ann", "m", third, interval_seconds=3600)
     assert claimed.id == one.job_id and two.job_id == three.job_id  # joined, due in an hour
-    assert await queue.counts() == {"queued": 1, "running": 1, "failed": 0}
+    assert await queue.counts() == {"awaiting": 0, "queued": 1, "running": 1, "failed": 0}
     assert (
         await queue.claim(5, exclude_users=set()) == []
     )  # ann has one running; the next is not due
@@ -248,6 +249,7 @@ async def test_exchanges_within_the_interval_join_one_job(tmp_path: Path) -> Non
     assert explicit is not None and explicit.explicit
     merged = await queue.enqueue("ann", "m", explicit, interval_seconds=3600)
     assert merged.job_id != two.job_id and await queue.counts() == {
+        "awaiting": 0,
         "queued": 1,
         "running": 1,
         "failed": 0,
@@ -346,7 +348,7 @@ async def test_a_crash_mid_job_loses_nothing_and_applies_once(
     worker = services(first).proxy.hooks._worker
     await worker.stop()  # the process dies: the job stays "running", nothing was committed
     queue: JobQueue = services(first).proxy.hooks._queue
-    assert await queue.counts() == {"queued": 0, "running": 1, "failed": 0}
+    assert await queue.counts() == {"awaiting": 0, "queued": 0, "running": 1, "failed": 0}
 
     manager = Remembering()
     second = await manager_client(make_client, manager)  # a new process on the same database
@@ -391,3 +393,82 @@ async def test_failed_jobs_show_in_stats_and_the_cli_requeues_them(
     )
     assert "queued again: 1" in capsys.readouterr().err
     assert (await queue.counts("ann"))["queued"] == 1
+
+
+def slow_upstream(upstream: respx.Router, release: asyncio.Event, status: int = 200) -> None:
+    async def answer(request: httpx.Request) -> httpx.Response:
+        await release.wait()
+        if status != 200:
+            return httpx.Response(status, json={"error": {"message": "down"}})
+        return httpx.Response(200, json=completion_json("Noted."))
+
+    upstream.post("/chat/completions").mock(side_effect=answer)
+
+
+async def _status(queue: JobQueue, status: str, count: int = 1) -> bool:
+    return (await queue.counts())[status] == count
+
+
+async def test_the_job_is_written_before_the_response_completes(
+    make_client: AppClientFactory, upstream: respx.Router
+) -> None:
+    release = asyncio.Event()
+    slow_upstream(upstream, release)
+    client = await manager_client(make_client, Remembering())
+    queue: JobQueue = services(client).jobs
+    chat = asyncio.ensure_future(client.post(
+        "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]}, headers=ANN
+    ))  # fmt: skip
+    await until(lambda: _status(queue, "awaiting"))  # while the model is still answering
+    assert not chat.done()
+    release.set()
+    assert (await chat).status_code == 200
+    await until(lambda: _equals(memories(client), ["I live in Oslo"]))
+
+
+async def test_a_failed_exchange_withdraws_its_job_and_frees_its_turns(
+    make_client: AppClientFactory, upstream: respx.Router
+) -> None:
+    release = asyncio.Event()
+    release.set()
+    slow_upstream(upstream, release, status=500)
+    manager = Remembering()
+    client = await manager_client(make_client, manager)
+    queue: JobQueue = services(client).jobs
+    messages = [{"role": "user", "content": "I live in Oslo"}]
+    assert (
+        await client.post(
+            "/v1/chat/completions", json={"model": "m", "messages": messages}, headers=ANN
+        )
+    ).status_code == 500
+    await services(client).runner.drain(5)
+    assert sum((await queue.counts()).values()) == 0 and manager.seen == []
+    upstream.routes.clear()
+    upstream.post("/chat/completions").respond(json=completion_json("Noted."))
+    await client.post(
+        "/v1/chat/completions", json={"model": "m", "messages": messages}, headers=ANN
+    )  # the retry
+    await until(lambda: _equals(memories(client), ["I live in Oslo"]))
+
+
+async def test_a_process_dying_mid_answer_leaves_a_job_applied_once(
+    make_client: AppClientFactory, upstream: respx.Router
+) -> None:
+    release = asyncio.Event()
+    slow_upstream(upstream, release)
+    first = await manager_client(make_client, Remembering())
+    await services(first).proxy.hooks._worker.stop()
+    chat = asyncio.ensure_future(first.post(
+        "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]}, headers=ANN
+    ))  # fmt: skip
+    await until(lambda: _status(services(first).jobs, "awaiting"))
+
+    manager = Remembering()
+    second = await manager_client(make_client, manager)  # the restarted process
+    await until(lambda: _equals(memories(second), ["I live in Oslo"]))
+    release.set()  # the old process's answer arrives after all: its job is gone, nothing twice
+    await chat
+    await services(first).runner.drain(5)
+    await asyncio.sleep(0.3)
+    assert manager.seen == [["I live in Oslo"]] and await memories(second) == ["I live in Oslo"]
+    assert sum((await services(second).jobs.counts()).values()) == 0

@@ -197,6 +197,6 @@ async def test_deleting_all_memories_erases_their_history_fingerprints_and_jobs(
     await client.delete("/v1/memories", params={"confirm": "true"}, headers={"X-User-Id": "ann"})
     gone = await client.get(f"/v1/memories/{created['id']}/history", headers={"X-User-Id": "ann"})
     assert gone.status_code == 404
-    assert await queue.counts("ann") == {"queued": 0, "running": 0, "failed": 0}
+    assert await queue.counts("ann") == {"awaiting": 0, "queued": 0, "running": 0, "failed": 0}
     assert await queue.processed("ann", found.fingerprints) == set()
     assert (await queue.counts("bob"))["queued"] == 1  # another user's are untouched

@@ -64,6 +64,10 @@ class ChatMemory:
         self._timeout = settings.recall_timeout_seconds
 
     async def before_forward(self, ctx: RequestContext) -> Preparation | None:
+        if self._queue is not None and ctx.write_allowed:
+            # Written while the upstream answers (a database write takes milliseconds, a model
+            # far longer), so the job exists before the response completes; never awaited here.
+            ctx.state["job"] = asyncio.ensure_future(self._prequeue(ctx))
         started = time.perf_counter()
         query = recall_query(ctx.messages) if self._limit else None
         found: list[Hit] = []
@@ -110,27 +114,45 @@ class ChatMemory:
         )
 
     async def after_response(self, ctx: RequestContext, completion: Completion) -> None:
-        if self._queue is None or not ctx.write_allowed:
+        pending: asyncio.Future[str | None] | None = ctx.state.get("job")
+        if pending is None or self._queue is None:
+            return
+        job_id = await pending
+        if job_id is None:
             return
         if completion.outcome is not Outcome.COMPLETED:
-            return  # an answer the user never saw teaches nothing
-        turns = transcript(ctx.history, completion.assistant_text)
-        marks = [f for _, f in fingerprints_of(turns)]
-        processed = await self._queue.processed(ctx.user_id, marks)
-        found = exchange(turns, processed, threshold=self._threshold_turns)
-        if found is None:
+            await self._queue.withdraw(job_id)  # an answer the user never saw teaches nothing
             return
-        queued = await self._queue.enqueue(
-            ctx.user_id, ctx.model, found, interval_seconds=self._interval
+        dropped = await self._queue.complete(
+            job_id, completion.assistant_text, interval_seconds=self._interval
         )
-        if queued is None:
-            return  # another request of this conversation queued these turns
-        self._metrics.jobs_queued.labels("explicit" if found.explicit else "routine").inc()
-        if queued.dropped:
-            self._metrics.jobs_dropped.inc(queued.dropped)
-            logger.warning("manager queue full: %d routine job(s) dropped", queued.dropped)
+        if dropped:
+            self._metrics.jobs_dropped.inc(dropped)
+            logger.warning("manager queue full: %d routine job(s) dropped", dropped)
         if self._worker is not None:
             self._worker.wake()
+
+    async def _prequeue(self, ctx: RequestContext) -> str | None:
+        """Queue the request's new user turns, awaiting the answer; the job's id, or None."""
+        assert self._queue is not None
+        try:
+            turns = transcript(ctx.history, None)
+            marks = [f for _, f in fingerprints_of(turns)]
+            processed = await self._queue.processed(ctx.user_id, marks)
+            found = exchange(turns, processed, threshold=self._threshold_turns)
+            if found is None:
+                return None
+            queued = await self._queue.enqueue(
+                ctx.user_id, ctx.model, found, interval_seconds=self._interval, awaiting=True
+            )
+        except Exception:
+            # The turns stay unprocessed and go with the conversation's next exchange.
+            logger.warning("could not queue the exchange for the manager", exc_info=True)
+            return None
+        if queued is None:
+            return None  # another request of this conversation queued these turns
+        self._metrics.jobs_queued.labels("explicit" if found.explicit else "routine").inc()
+        return queued.job_id
 
 
 def _has_block(ctx: RequestContext) -> bool:

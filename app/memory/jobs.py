@@ -3,7 +3,9 @@
 Promises:
 
 - :meth:`JobQueue.enqueue` writes the job and the fingerprints of the turns it takes in one
-  transaction: a turn is queued once, and a job exists once its exchange is recorded;
+  transaction: a turn is queued once. The chat hook writes it *awaiting*, before forwarding,
+  so it exists before the response completes; :meth:`JobQueue.complete` adds the answer and
+  makes it due, :meth:`JobQueue.withdraw` takes it back when the exchange fails;
 - a job is deleted in the transaction that applies it (:meth:`JobQueue.consume`), so it is applied
   once or not at all, whenever the process dies; jobs a dead process was running are queued again
   at start (:meth:`JobQueue.requeue_running`);
@@ -78,10 +80,17 @@ class JobQueue:
             return set(await session.scalars(query))
 
     async def enqueue(
-        self, user_id: str, model: str, exchange: Exchange, *, interval_seconds: float
+        self,
+        user_id: str,
+        model: str,
+        exchange: Exchange,
+        *,
+        interval_seconds: float,
+        awaiting: bool = False,
     ) -> Queued | None:
         """Queue the exchange's turns that no other job took; None when another took them all
-        (two requests of one conversation finishing together)."""
+        (two requests of one conversation finishing together). `awaiting`: the answer is still
+        on its way; :meth:`complete` makes the job due, :meth:`withdraw` takes it back."""
         stamp = now()
         async with self._sessions.begin() as session:
             dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
@@ -96,44 +105,94 @@ class JobQueue:
             ))  # fmt: skip
             if not taken:
                 return None
-            turns = _owned(exchange, taken)
-            pending = await session.scalar(
-                select(ManagerJob).where(
-                    ManagerJob.user_id == user_id,
-                    ManagerJob.status == JobStatus.QUEUED.value,
-                    ManagerJob.explicit.is_(False),
-                ).order_by(ManagerJob.key.desc()).limit(1)
-            )  # fmt: skip
-            if pending is not None and not exchange.explicit:
-                pending.payload = {**pending.payload, "new": pending.payload["new"] + turns,
-                                   "model": model}  # fmt: skip
-                return Queued(pending.id, 0)
-            context = [[t.role, t.text] for t in exchange.context]
-            due = stamp
-            if pending is not None:  # explicit: take the waiting routine turns along, now
-                context = pending.payload["context"]
-                turns = pending.payload["new"] + turns
-                await session.delete(pending)
-            elif not exchange.explicit:
-                last = await session.scalar(
-                    select(ManagerState.last_job_at).where(ManagerState.user_id == user_id)
-                )
-                if last is not None:
-                    due = max(stamp, aware(last) + timedelta(seconds=interval_seconds))
             job = ManagerJob(
                 id=str(uuid.uuid4()), user_id=user_id, explicit=exchange.explicit,
-                status=JobStatus.QUEUED.value, attempts=0, next_attempt_at=due,
-                payload={"model": model, "context": context, "new": turns}, created_at=stamp,
+                status=JobStatus.AWAITING.value, attempts=0, next_attempt_at=stamp,
+                payload={"model": model, "context": [[t.role, t.text] for t in exchange.context],
+                         "new": _owned(exchange, taken), "fingerprints": sorted(taken)},
+                created_at=stamp,
             )  # fmt: skip
             session.add(job)
-            await session.execute(
-                insert(ManagerState)
-                .values(user_id=user_id, last_job_at=due)
-                .on_conflict_do_update(index_elements=[ManagerState.user_id],
-                                       set_={"last_job_at": due})
-            )  # fmt: skip
             await session.flush()
-            return Queued(job.id, await self._trim(session))
+            if awaiting:
+                return Queued(job.id, 0)
+            return await self._place(session, job, interval_seconds)
+
+    async def complete(self, job_id: str, reply: str | None, *, interval_seconds: float) -> int:
+        """The answer arrived: add it to the awaiting job and make the job due (joining or
+        absorbing the user's pending routine job, as the module docstring says). Returns how
+        many routine jobs were dropped to keep within the limit."""
+        async with self._sessions.begin() as session:
+            job = await session.scalar(
+                select(ManagerJob).where(
+                    ManagerJob.id == job_id, ManagerJob.status == JobStatus.AWAITING.value
+                )
+            )
+            if job is None:
+                return 0  # taken over at a restart, or withdrawn
+            if reply and reply.strip():
+                job.payload = {**job.payload, "new": [*job.payload["new"], ["assistant", reply]]}
+            return (await self._place(session, job, interval_seconds)).dropped
+
+    async def withdraw(self, job_id: str) -> None:
+        """The exchange failed or the client left: the awaiting job goes, and its turns are
+        free again for the conversation's next exchange."""
+        async with self._sessions.begin() as session:
+            job = await session.scalar(
+                select(ManagerJob).where(
+                    ManagerJob.id == job_id, ManagerJob.status == JobStatus.AWAITING.value
+                )
+            )
+            if job is None:
+                return
+            await session.execute(
+                delete(ProcessedTurn).where(
+                    ProcessedTurn.user_id == job.user_id,
+                    ProcessedTurn.fingerprint.in_(job.payload.get("fingerprints", [])),
+                )
+            )
+            await session.delete(job)
+
+    async def _place(self, session: AsyncSession, job: ManagerJob, interval: float) -> Queued:
+        """Make an awaiting job due: merged into the user's pending routine job (routine), or
+        absorbing it (explicit), or on its own after the processing interval. Says which job
+        the turns are in now."""
+        stamp = now()
+        pending = await session.scalar(
+            select(ManagerJob).where(
+                ManagerJob.user_id == job.user_id,
+                ManagerJob.status == JobStatus.QUEUED.value,
+                ManagerJob.explicit.is_(False),
+                ManagerJob.key != job.key,
+            ).order_by(ManagerJob.key.desc()).limit(1)
+        )  # fmt: skip
+        if pending is not None and not job.explicit:
+            pending.payload = {**pending.payload, "model": job.payload["model"],
+                               "new": pending.payload["new"] + job.payload["new"]}  # fmt: skip
+            await session.delete(job)
+            return Queued(pending.id, 0)
+        due = stamp
+        if pending is not None:  # explicit: take the waiting routine turns along, now
+            job.payload = {**job.payload, "context": pending.payload["context"],
+                           "new": pending.payload["new"] + job.payload["new"]}  # fmt: skip
+            await session.delete(pending)
+        elif not job.explicit:
+            last = await session.scalar(
+                select(ManagerState.last_job_at).where(ManagerState.user_id == job.user_id)
+            )
+            if last is not None:
+                due = max(stamp, aware(last) + timedelta(seconds=interval))
+        job.status = JobStatus.QUEUED.value
+        job.next_attempt_at = due
+        dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+        insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+        await session.execute(
+            insert(ManagerState)
+            .values(user_id=job.user_id, last_job_at=due)
+            .on_conflict_do_update(index_elements=[ManagerState.user_id], set_={"last_job_at": due})
+        )
+        await session.flush()
+        return Queued(job.id, await self._trim(session))
 
     async def _trim(self, session: AsyncSession) -> int:
         queued = select(func.count()).where(ManagerJob.status == JobStatus.QUEUED.value)
@@ -203,12 +262,14 @@ class JobQueue:
         await self._set(job_id, status=JobStatus.FAILED.value, error=error)
 
     async def requeue_running(self) -> int:
-        """Jobs marked running by a process that is gone: queued again (at start)."""
+        """At start: jobs a stopped process was running, or whose answer it was waiting for,
+        are queued (the latter without the answer: the user's words are what counts)."""
+        stopped = [JobStatus.RUNNING.value, JobStatus.AWAITING.value]
         async with self._sessions.begin() as session:
             result = await session.execute(
                 update(ManagerJob)
-                .where(ManagerJob.status == JobStatus.RUNNING.value)
-                .values(status=JobStatus.QUEUED.value)
+                .where(ManagerJob.status.in_(stopped))
+                .values(status=JobStatus.QUEUED.value, next_attempt_at=now())
             )
             return int(result.rowcount or 0)  # type: ignore[attr-defined]
 

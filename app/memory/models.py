@@ -128,6 +128,8 @@ class MemoryEvent(Base):
 
 
 class JobStatus(StrEnum):
+    AWAITING = "awaiting"
+    """Written while the answer is still on its way; due once the response completes."""
     QUEUED = "queued"
     RUNNING = "running"
     FAILED = "failed"

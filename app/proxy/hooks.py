@@ -42,6 +42,8 @@ class RequestContext:
     """The parsed client body (do not mutate: return a new one from `before_forward`)."""
     request: ChatCompletionRequest
     """The validated view of `body`."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """The hooks' own notes from `before_forward` to `after_response` (e.g. a queued job)."""
 
     @property
     def model(self) -> str:
