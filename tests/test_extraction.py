@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from app.memory.manager import Turn
 from app.memory.operations import Applier, Op, Operation
 from app.memory.service import MemoryService
 from tests.conftest import AppClientFactory
-from tests.helpers import completion_json
+from tests.helpers import completion_json, sse
 
 ANN = {"X-User-Id": "ann"}
 FACTS = [
@@ -396,11 +396,18 @@ async def test_failed_jobs_show_in_stats_and_the_cli_requeues_them(
 
 
 def slow_upstream(upstream: respx.Router, release: asyncio.Event, status: int = 200) -> None:
-    async def answer(request: httpx.Request) -> httpx.Response:
+    """A model that starts streaming its answer, then thinks until `release` is set."""
+
+    async def events() -> AsyncIterator[bytes]:
+        yield sse({"role": "assistant", "content": "Noted"}, done=False)
         await release.wait()
+        yield sse({"content": "."})
+
+    async def answer(request: httpx.Request) -> httpx.Response:
         if status != 200:
+            await release.wait()
             return httpx.Response(status, json={"error": {"message": "down"}})
-        return httpx.Response(200, json=completion_json("Noted."))
+        return httpx.Response(200, content=events(), headers={"content-type": "text/event-stream"})
 
     upstream.post("/chat/completions").mock(side_effect=answer)
 
@@ -417,7 +424,7 @@ async def test_the_job_is_written_before_the_response_completes(
     client = await manager_client(make_client, Remembering())
     queue: JobQueue = services(client).jobs
     chat = asyncio.ensure_future(client.post(
-        "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]}, headers=ANN
+        "/v1/chat/completions", json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "I live in Oslo"}]}, headers=ANN
     ))  # fmt: skip
     await until(lambda: _status(queue, "awaiting"))  # while the model is still answering
     assert not chat.done()
@@ -459,7 +466,7 @@ async def test_a_process_dying_mid_answer_leaves_a_job_applied_once(
     first = await manager_client(make_client, Remembering())
     await services(first).proxy.hooks._worker.stop()
     chat = asyncio.ensure_future(first.post(
-        "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]}, headers=ANN
+        "/v1/chat/completions", json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "I live in Oslo"}]}, headers=ANN
     ))  # fmt: skip
     await until(lambda: _status(services(first).jobs, "awaiting"))
 

@@ -64,10 +64,14 @@ class ChatMemory:
         self._timeout = settings.recall_timeout_seconds
 
     async def before_forward(self, ctx: RequestContext) -> Preparation | None:
+        on_first_byte = None
         if self._queue is not None and ctx.write_allowed:
             # Written while the upstream answers (a database write takes milliseconds, a model
-            # far longer), so the job exists before the response completes; never awaited here.
-            ctx.state["job"] = asyncio.ensure_future(self._prequeue(ctx))
+            # far longer), so the job exists before the response completes; started once the
+            # answer's first byte is out, so it never holds that back.
+            def on_first_byte() -> None:
+                ctx.state["job"] = asyncio.ensure_future(self._prequeue(ctx))
+
         started = time.perf_counter()
         query = recall_query(ctx.messages) if self._limit else None
         found: list[Hit] = []
@@ -102,7 +106,7 @@ class ChatMemory:
                 self._service.mark_recalled(ctx.user_id, [h.key for h in found]),
                 name=f"mark-recalled-{ctx.request_id}",
             )
-        return Preparation(body=body, headers=headers)
+        return Preparation(body=body, headers=headers, on_first_byte=on_first_byte)
 
     async def _recall(self, user_id: str, query: str) -> list[Hit]:
         return await self._service.recall(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -124,6 +124,9 @@ class Preparation:
     """A replacement body to forward, or None to forward the client's bytes unchanged."""
     headers: dict[str, str] = field(default_factory=dict)
     """Extra response headers (e.g. how many memories were injected)."""
+    on_first_byte: Callable[[], None] | None = None
+    """Called once the answer has started reaching the client (work that must happen before
+    the response completes, but must not hold back its first byte)."""
 
 
 class MemoryHooks(Protocol):

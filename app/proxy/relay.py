@@ -37,8 +37,9 @@ FinishCallback = Callable[[Outcome, int, list[bytes]], None]
 
 
 class ProxyResponse(Response):
-    """Open `request` upstream and relay the answer; `on_finish(outcome, status, captured)` is
-    called once the exchange is over, after the last byte was sent (or the client left)."""
+    """Open `request` upstream and relay the answer; `on_first_byte()` is called once the first
+    piece of the answer's body has been sent to the client, `on_finish(outcome, status,
+    captured)` once the exchange is over, after the last byte was sent (or the client left)."""
 
     def __init__(
         self,
@@ -47,12 +48,14 @@ class ProxyResponse(Response):
         *,
         extra_headers: list[tuple[bytes, bytes]] | None = None,
         on_finish: FinishCallback | None = None,
+        on_first_byte: Callable[[], None] | None = None,
         capture: bool = False,
     ) -> None:
         self.upstream = upstream
         self.upstream_request = request
         self.extra_headers = extra_headers or []
         self.on_finish = on_finish
+        self.on_first_byte = on_first_byte
         self.capture = capture
         self.status_code = 0
         self.background = None
@@ -137,6 +140,9 @@ class ProxyResponse(Response):
                     if not chunk:
                         continue
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if self.on_first_byte is not None:
+                    self.on_first_byte()
+                    self.on_first_byte = None
         except httpx.HTTPError as exc:
             state.outcome = Outcome.UPSTREAM_FAILED
             if sse:  # a partial event is dropped: the client gets whole events, then the error

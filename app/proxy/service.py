@@ -89,7 +89,12 @@ class ChatProxy:
             )
 
         return ProxyResponse(
-            self.upstream, upstream_request, extra_headers=extra, on_finish=finished, capture=True
+            self.upstream,
+            upstream_request,
+            extra_headers=extra,
+            on_finish=finished,
+            on_first_byte=preparation.on_first_byte if preparation else None,
+            capture=True,
         )
 
     async def relay(self, request: Request, path: str, request_id: str) -> Response:
