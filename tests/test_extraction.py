@@ -479,3 +479,67 @@ async def test_a_process_dying_mid_answer_leaves_a_job_applied_once(
     await asyncio.sleep(0.3)
     assert manager.seen == [["I live in Oslo"]] and await memories(second) == ["I live in Oslo"]
     assert sum((await services(second).jobs.counts()).values()) == 0
+
+
+class Gate:
+    """A Manager that holds every decision until released, counting how many wait at once."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.waiting: list[str] = []
+        self.most = 0
+
+    async def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        (line,) = new_user_lines(messages)
+        self.waiting.append(line)
+        self.most = max(self.most, len(self.waiting))
+        await self.release.wait()
+        self.waiting.remove(line)
+        ops = [{"op": "NEW", "content": line}]
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"operations": ops})])
+
+
+async def chat_as(client: httpx.AsyncClient, user: str, text: str) -> None:
+    response = await client.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": text}]},
+                                 headers={"X-User-Id": user})  # fmt: skip
+    assert response.status_code == 200
+
+
+async def test_users_run_in_parallel_up_to_the_concurrency_one_job_each(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    gate = Gate()
+    client = await manager_client(make_client, gate, manager_concurrency=2)
+    for user, text in (("ann", "Ann lives in Oslo"), ("bob", "Bob plays chess"), ("cy", "Cy paints"),
+                       ("ann", "Ann keeps bees")):  # fmt: skip
+        await chat_as(client, user, text)
+    await until(lambda: _at_least(gate, 2))
+    await asyncio.sleep(0.3)  # time for a third to start, if anything allowed it
+    assert len(gate.waiting) == 2 and "Ann keeps bees" not in gate.waiting
+    gate.release.set()
+    await until(lambda: _equals(memories(client, "cy"), ["Cy paints"]))
+    await until(lambda: _equals(memories(client, "ann"), ["Ann keeps bees", "Ann lives in Oslo"]))
+    assert gate.most == 2
+
+
+async def _at_least(gate: Gate, count: int) -> bool:
+    return len(gate.waiting) >= count
+
+
+async def test_every_job_survives_a_crash_and_applies_once(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    gate = Gate()
+    first = await manager_client(make_client, gate, manager_concurrency=2)
+    users = {"ann": "Ann lives in Oslo", "bob": "Bob plays chess", "cy": "Cy paints"}
+    for user, text in users.items():
+        await chat_as(first, user, text)
+    await until(lambda: _at_least(gate, 2))  # two mid-job, one queued
+    await services(first).proxy.hooks._worker.stop()  # the process dies
+
+    manager = Remembering()
+    second = await manager_client(make_client, manager)
+    for user, text in users.items():
+        await until(lambda user=user, text=text: _equals(memories(second, user), [text]))  # type: ignore[misc]
+    await until(lambda: _no_jobs(second))
+    assert sorted(line for call in manager.seen for line in call) == sorted(users.values())

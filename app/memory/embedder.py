@@ -19,10 +19,12 @@ the same question resent, a regenerate).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -172,7 +174,11 @@ def _export(source: Path, target: Path, *, quantize: bool) -> None:
 class Embedder:
     """Turns texts into normalised float32 vectors; see the module docstring for the promises."""
 
-    def __init__(self, files: ModelFiles, *, threads: int = 1, cache_size: int = 2048) -> None:
+    def __init__(
+        self, files: ModelFiles, *, threads: int = 1, cache_size: int = 2048, niceness: int = 0
+    ) -> None:
+        """`niceness` > 0 runs the model at a lower CPU priority (Linux, per thread): for
+        background work that must yield to chats."""
         import onnxruntime as ort  # type: ignore[import-untyped]
         from tokenizers import Tokenizer
 
@@ -188,7 +194,10 @@ class Embedder:
         self._tokenizer.enable_padding()
         self.model_name = files.name
         # One thread: onnxruntime uses its own threads inside; this one keeps calls off the loop.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="embedder", initializer=_lower_priority,
+            initargs=(niceness,),
+        )  # fmt: skip
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._pending: list[tuple[str, asyncio.Future[np.ndarray]]] = []
@@ -268,6 +277,12 @@ class Embedder:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def _lower_priority(niceness: int) -> None:
+    if niceness > 0 and hasattr(os, "setpriority"):
+        with contextlib.suppress(OSError):  # not permitted: run at normal priority
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+
+
 class PairedEmbedder:
     """Memories embedded by one export of the model, queries by another (the int8 one).
 
@@ -299,8 +314,11 @@ def load_embedder(settings: Settings) -> TextEmbedder:
     model = settings.embedding_model or bundled_model_path()
     cache = settings.embedding_cache_dir
     quantize = settings.embedding_quantize
+    # Memories are embedded for imports and the Manager, in the background: below chats.
     documents = Embedder(
-        prepare(model, cache, quantize=quantize == "all"), threads=settings.embedding_threads
+        prepare(model, cache, quantize=quantize == "all"),
+        threads=settings.embedding_threads,
+        niceness=10 if quantize == "queries" else 0,
     )
     logger.info("embedding memories with %s", documents.model_name)
     if quantize != "queries":
