@@ -16,15 +16,13 @@ Promises:
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
-from sqlalchemy.orm import defer
 
 from app.memory import events
 from app.memory.models import (
@@ -37,15 +35,13 @@ from app.memory.models import (
     ProcessedTurn,
     UserState,
 )
+from app.memory.queries import MemoryQueries, own
 from app.memory.records import (
     RECORD_COLUMNS,
     Deleted,
-    IndexRow,
     MemoryRecord,
     NewMemory,
-    Snapshot,
     Written,
-    aware,
     now,
     record_of,
     record_of_row,
@@ -54,21 +50,11 @@ from app.memory.records import (
 _CHANGEABLE = frozenset({"content", "type", "metadata", "pinned", "embedding", "embedding_model"})
 
 
-_INDEX_COLUMNS = (
-    Memory.key,
-    Memory.type,
-    Memory.content,
-    Memory.created_at,
-    Memory.embedding,
-    Memory.embedding_model,
-)
-
-
 class IdTaken(Exception):
     """An imported memory's id already belongs to another user."""
 
 
-class MemoryStore:
+class MemoryStore(MemoryQueries):
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self.sessions = async_sessionmaker(engine, expire_on_commit=False)
@@ -147,7 +133,7 @@ class MemoryStore:
         if unknown:
             raise ValueError(f"cannot change {sorted(unknown)}")
         async with self.sessions.begin() as session:
-            row = await session.scalar(_own(user_id).where(Memory.id == memory_id))
+            row = await session.scalar(own(user_id).where(Memory.id == memory_id))
             if row is None:
                 return None
             before = row.content
@@ -227,7 +213,7 @@ class MemoryStore:
 
     async def get(self, user_id: str, memory_id: str) -> MemoryRecord | None:
         async with self.sessions() as session:
-            row = await session.scalar(_own(user_id).where(Memory.id == memory_id))
+            row = await session.scalar(own(user_id).where(Memory.id == memory_id))
             return record_of(row) if row is not None else None
 
     async def get_many(self, user_id: str, keys: Sequence[int]) -> dict[int, MemoryRecord]:
@@ -241,150 +227,6 @@ class MemoryStore:
         async with self._engine.connect() as connection:
             rows = await connection.execute(query)
             return {row.key: record_of_row(row) for row in rows if row.user_id == user_id}
-
-    async def page(
-        self,
-        user_id: str,
-        *,
-        types: Sequence[MemoryType] = (),
-        contains: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> tuple[list[MemoryRecord], int]:
-        """A page of the user's memories, newest first, and how many match in all."""
-        query = _own(user_id)
-        if types:
-            query = query.where(Memory.type.in_([t.value for t in types]))
-        if contains:
-            query = query.where(
-                func.lower(Memory.content).contains(contains.lower(), autoescape=True)
-            )
-        async with self.sessions() as session:
-            total = await session.scalar(select(func.count()).select_from(query.subquery())) or 0
-            rows = await session.scalars(
-                query.options(defer(Memory.embedding))
-                .order_by(Memory.created_at.desc(), Memory.key.desc())
-                .limit(limit)
-                .offset(offset)
-            )
-            return [record_of(row, embedding=False) for row in rows], total
-
-    async def iterate(self, user_id: str, *, page: int = 500) -> AsyncIterator[MemoryRecord]:
-        """Every memory of the user, oldest key first, read a page at a time (for export)."""
-        after = 0
-        while True:
-            query = (
-                _own(user_id)
-                .options(defer(Memory.embedding))
-                .where(Memory.key > after)
-                .order_by(Memory.key)
-                .limit(page)
-            )
-            async with self.sessions() as session:
-                rows = [record_of(r, embedding=False) for r in await session.scalars(query)]
-            for row in rows:
-                yield row
-            if len(rows) < page:
-                return
-            after = rows[-1].key
-
-    async def count(self, user_id: str) -> int:
-        async with self.sessions() as session:
-            query = select(func.count()).where(Memory.user_id == user_id)
-            return int(await session.scalar(query) or 0)
-
-    async def version(self, user_id: str) -> int:
-        """The user's change sequence: 0 before any write, then bumped by every write."""
-        async with self._engine.connect() as connection:  # on every recall: no ORM session
-            value = await connection.scalar(
-                select(UserState.version).where(UserState.user_id == user_id)
-            )
-            return int(value or 0)
-
-    async def snapshot(self, user_id: str, *, since: int = -1) -> Snapshot:
-        """What an index of the user needs: the version, then the rows written after `since`
-        (all rows by default) and how many rows the user has now.
-
-        The version is read first: rows may be newer than it, never older, so a cache that
-        records it at worst catches up once more than needed.
-        """
-        async with self.sessions() as session:
-            version = await self._version_in(session, user_id)
-            query = select(*_INDEX_COLUMNS).where(Memory.user_id == user_id)
-            if since >= 0:
-                query = query.where(Memory.seq > since)
-            rows = [_index_row(row) for row in await session.execute(query)]
-            total = await session.scalar(select(func.count()).where(Memory.user_id == user_id))
-            return Snapshot(version, rows, int(total or 0))
-
-    async def keys(self, user_id: str) -> set[int]:
-        async with self.sessions() as session:
-            return set(await session.scalars(select(Memory.key).where(Memory.user_id == user_id)))
-
-    async def rows(self, user_id: str, keys: Sequence[int]) -> list[IndexRow]:
-        columns = (
-            Memory.key,
-            Memory.type,
-            Memory.content,
-            Memory.embedding,
-            Memory.embedding_model,
-        )
-        query = select(*columns).where(Memory.user_id == user_id, Memory.key.in_(list(keys)))
-        async with self.sessions() as session:
-            return [_index_row(row) for row in await session.execute(query)]
-
-    async def stats(self, user_id: str) -> dict[str, Any]:
-        """Counts by type, pinned, recall totals, oldest and newest, for one user."""
-        async with self.sessions() as session:
-            by_type = dict(
-                (t, int(n))
-                for t, n in await session.execute(
-                    select(Memory.type, func.count())
-                    .where(Memory.user_id == user_id)
-                    .group_by(Memory.type)
-                )
-            )
-            pinned, recalled, oldest, newest = (
-                await session.execute(
-                    select(
-                        func.count().filter(Memory.pinned.is_(True)),
-                        func.coalesce(func.sum(Memory.recall_count), 0),
-                        func.min(Memory.created_at),
-                        func.max(Memory.created_at),
-                    ).where(Memory.user_id == user_id)
-                )
-            ).one()
-            return {
-                "total": sum(by_type.values()),
-                "by_type": by_type,
-                "pinned": int(pinned or 0),
-                "recall_count": int(recalled or 0),
-                "oldest": _aware(oldest),
-                "newest": _aware(newest),
-                "version": await self._version_in(session, user_id),
-            }
-
-    async def users(self) -> list[tuple[str, int]]:
-        """Every user with memories, and how many (for maintenance commands)."""
-        query = (
-            select(Memory.user_id, func.count()).group_by(Memory.user_id).order_by(Memory.user_id)
-        )
-        async with self.sessions() as session:
-            return [(u, int(n)) for u, n in await session.execute(query)]
-
-    @staticmethod
-    async def _version_in(session: AsyncSession, user_id: str) -> int:
-        value = await session.scalar(select(UserState.version).where(UserState.user_id == user_id))
-        return int(value or 0)
-
-
-def _index_row(row: Any) -> IndexRow:
-    key, type_, content, created_at, embedding, model = row
-    return IndexRow(key, type_, content, aware(created_at), embedding, model)
-
-
-def _own(user_id: str) -> Any:
-    return select(Memory).where(Memory.user_id == user_id)
 
 
 async def bump_version(session: AsyncSession, user_id: str) -> int:
@@ -404,7 +246,3 @@ async def bump_version(session: AsyncSession, user_id: str) -> int:
         .returning(UserState.version)
     )
     return int((await session.execute(statement)).scalar_one())
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    return aware(value) if value is not None else None

@@ -1,0 +1,184 @@
+"""The store's bulk reads: pages, exports, index snapshots, statistics. Every query is scoped to
+one user, as the store promises (:mod:`app.memory.store`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import defer
+
+from app.memory.models import Memory, MemoryType, UserState
+from app.memory.records import (
+    IndexRow,
+    MemoryRecord,
+    Snapshot,
+    aware,
+    record_of,
+)
+
+_INDEX_COLUMNS = (
+    Memory.key,
+    Memory.type,
+    Memory.content,
+    Memory.created_at,
+    Memory.embedding,
+    Memory.embedding_model,
+)
+
+
+class MemoryQueries:
+    _engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+
+    async def page(
+        self,
+        user_id: str,
+        *,
+        types: Sequence[MemoryType] = (),
+        contains: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[list[MemoryRecord], int]:
+        """A page of the user's memories, newest first, and how many match in all."""
+        query = own(user_id)
+        if types:
+            query = query.where(Memory.type.in_([t.value for t in types]))
+        if contains:
+            query = query.where(
+                func.lower(Memory.content).contains(contains.lower(), autoescape=True)
+            )
+        async with self.sessions() as session:
+            total = await session.scalar(select(func.count()).select_from(query.subquery())) or 0
+            rows = await session.scalars(
+                query.options(defer(Memory.embedding))
+                .order_by(Memory.created_at.desc(), Memory.key.desc())
+                .limit(limit)
+                .offset(offset)
+            )
+            return [record_of(row, embedding=False) for row in rows], total
+
+    async def iterate(self, user_id: str, *, page: int = 500) -> AsyncIterator[MemoryRecord]:
+        """Every memory of the user, oldest key first, read a page at a time (for export)."""
+        after = 0
+        while True:
+            query = (
+                own(user_id)
+                .options(defer(Memory.embedding))
+                .where(Memory.key > after)
+                .order_by(Memory.key)
+                .limit(page)
+            )
+            async with self.sessions() as session:
+                rows = [record_of(r, embedding=False) for r in await session.scalars(query)]
+            for row in rows:
+                yield row
+            if len(rows) < page:
+                return
+            after = rows[-1].key
+
+    async def count(self, user_id: str) -> int:
+        async with self.sessions() as session:
+            query = select(func.count()).where(Memory.user_id == user_id)
+            return int(await session.scalar(query) or 0)
+
+    async def version(self, user_id: str) -> int:
+        """The user's change sequence: 0 before any write, then bumped by every write."""
+        async with self._engine.connect() as connection:  # on every recall: no ORM session
+            value = await connection.scalar(
+                select(UserState.version).where(UserState.user_id == user_id)
+            )
+            return int(value or 0)
+
+    async def snapshot(self, user_id: str, *, since: int = -1) -> Snapshot:
+        """What an index of the user needs: the version, then the rows written after `since`
+        (all rows by default) and how many rows the user has now.
+
+        The version is read first: rows may be newer than it, never older, so a cache that
+        records it at worst catches up once more than needed.
+        """
+        async with self.sessions() as session:
+            version = await self._version_in(session, user_id)
+            query = select(*_INDEX_COLUMNS).where(Memory.user_id == user_id)
+            if since >= 0:
+                query = query.where(Memory.seq > since)
+            rows = [_index_row(row) for row in await session.execute(query)]
+            total = await session.scalar(select(func.count()).where(Memory.user_id == user_id))
+            return Snapshot(version, rows, int(total or 0))
+
+    async def keys(self, user_id: str) -> set[int]:
+        async with self.sessions() as session:
+            return set(await session.scalars(select(Memory.key).where(Memory.user_id == user_id)))
+
+    async def rows(self, user_id: str, keys: Sequence[int]) -> list[IndexRow]:
+        columns = (
+            Memory.key,
+            Memory.type,
+            Memory.content,
+            Memory.embedding,
+            Memory.embedding_model,
+        )
+        query = select(*columns).where(Memory.user_id == user_id, Memory.key.in_(list(keys)))
+        async with self.sessions() as session:
+            return [_index_row(row) for row in await session.execute(query)]
+
+    async def stats(self, user_id: str) -> dict[str, Any]:
+        """Counts by type, pinned, recall totals, oldest and newest, for one user."""
+        async with self.sessions() as session:
+            by_type = dict(
+                (t, int(n))
+                for t, n in await session.execute(
+                    select(Memory.type, func.count())
+                    .where(Memory.user_id == user_id)
+                    .group_by(Memory.type)
+                )
+            )
+            pinned, recalled, oldest, newest = (
+                await session.execute(
+                    select(
+                        func.count().filter(Memory.pinned.is_(True)),
+                        func.coalesce(func.sum(Memory.recall_count), 0),
+                        func.min(Memory.created_at),
+                        func.max(Memory.created_at),
+                    ).where(Memory.user_id == user_id)
+                )
+            ).one()
+            return {
+                "total": sum(by_type.values()),
+                "by_type": by_type,
+                "pinned": int(pinned or 0),
+                "recall_count": int(recalled or 0),
+                "oldest": _aware(oldest),
+                "newest": _aware(newest),
+                "version": await self._version_in(session, user_id),
+            }
+
+    async def users(self) -> list[tuple[str, int]]:
+        """Every user with memories, and how many (for maintenance commands)."""
+        query = (
+            select(Memory.user_id, func.count()).group_by(Memory.user_id).order_by(Memory.user_id)
+        )
+        async with self.sessions() as session:
+            return [(u, int(n)) for u, n in await session.execute(query)]
+
+    @staticmethod
+    async def _version_in(session: AsyncSession, user_id: str) -> int:
+        value = await session.scalar(select(UserState.version).where(UserState.user_id == user_id))
+        return int(value or 0)
+
+
+def _index_row(row: Any) -> IndexRow:
+    key, type_, content, created_at, embedding, model = row
+    return IndexRow(key, type_, content, aware(created_at), embedding, model)
+
+
+def own(user_id: str) -> Any:
+    """Select the user's memories (never another's)."""
+    return select(Memory).where(Memory.user_id == user_id)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return aware(value) if value is not None else None
