@@ -61,6 +61,7 @@ def create_app(
     settings = settings if settings is not None else Settings()
     configure_logging(settings.log_level)
     authenticator = Authenticator(settings.parsed_api_keys)
+    metrics = Metrics()  # here, not in the lifespan: the middleware counts requests into it
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -76,7 +77,6 @@ def create_app(
         client = build_client(settings, transport)
         upstream = Upstream(client, transport, settings, proxy_keys_enabled=authenticator.enabled)
         runner = BackgroundRunner()
-        metrics = Metrics()
         store = MemoryStore(engine)
         memory = MemoryService(
             store,
@@ -91,8 +91,9 @@ def create_app(
         worker = None
         if settings.manager_enabled:
             manager = Manager(settings, http_client=manager_http, model=manager_model)
-            worker = Worker(queue, memory, manager, settings)
+            worker = Worker(queue, memory, manager, settings, metrics)
             await worker.start()
+        metrics.count_embedding_cache(lambda: int(getattr(text_embedder, "cache_hits", 0)))
         chat_hooks = hooks or ChatMemory(
             memory, settings, runner, metrics,
             queue=queue if settings.manager_enabled else None, worker=worker,
@@ -137,7 +138,7 @@ def create_app(
     app.include_router(models.router)
     app.include_router(memories.router)
     app.include_router(relay.router)  # last: its /v1/{path} catches what the others do not
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(RequestIdMiddleware, metrics=metrics)
     return app
 
 

@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "memproxy_requests",
+            "HTTP requests by route (its template, not the raw path), status and request kind.",
+            ["route", "status", "kind"],
+            registry=self.registry,
+        )
+        self.jobs_applied = Counter(
+            "memproxy_manager_jobs_applied",
+            "Manager jobs applied (their decisions committed, possibly none).",
+            registry=self.registry,
+        )
+        self.jobs_failed = Counter(
+            "memproxy_manager_jobs_failed",
+            "Manager jobs parked as failed after their last attempt.",
+            registry=self.registry,
+        )
+        self.memory_operations = Counter(
+            "memproxy_manager_operations",
+            "The Manager's operations by result: created, updated, deleted, duplicate, failed.",
+            ["result"],
+            registry=self.registry,
+        )
         self.recall_seconds = Histogram(
             "memproxy_recall_seconds",
             "Time chat recall took, query embedding and search included.",
@@ -37,3 +63,16 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+
+    def count_embedding_cache(self, hits: Callable[[], int]) -> None:
+        """Export the embedder's cache hits (read when scraped)."""
+        documentation = "Query embeddings answered from the cache."
+        self.registry.register(_Read("memproxy_embedding_cache_hits", documentation, hits))
+
+
+class _Read(Collector):
+    def __init__(self, name: str, documentation: str, read: Callable[[], int]) -> None:
+        self._name, self._documentation, self._read = name, documentation, read
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self._name, self._documentation, value=self._read())

@@ -15,14 +15,16 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.log import request_id_var
+from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.access")
 _SANE_ID = re.compile(r"\A[A-Za-z0-9._:\-]{1,128}\Z")
 
 
 class RequestIdMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics | None = None) -> None:
         self.app = app
+        self._metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -46,6 +48,11 @@ class RequestIdMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            if self._metrics is not None:
+                route = scope.get("route")
+                self._metrics.requests.labels(
+                    getattr(route, "path", "unmatched"), str(status or 0), state.get("kind", "-")
+                ).inc()
             logger.info(
                 "%s %s %s %.1fms user=%s kind=%s",
                 scope["method"],

@@ -204,6 +204,8 @@ class Embedder:
         self._drainer: asyncio.Task[None] | None = None
         self.batches = 0
         """How many model runs have been made (tests and metrics read it)."""
+        self.cache_hits = 0
+        """How many texts were answered from the cache (metrics read it)."""
         self.dim = int(self.encode(["dimension probe"]).shape[1])
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -234,6 +236,7 @@ class Embedder:
             future: asyncio.Future[np.ndarray] = loop.create_future()
             if cached is not None:
                 self._cache.move_to_end(text)
+                self.cache_hits += 1
                 future.set_result(cached)
             else:
                 self._pending.append((text, future))
@@ -303,6 +306,10 @@ class PairedEmbedder:
 
     async def embed_query(self, text: str) -> np.ndarray:
         return await self._queries.embed_query(text)
+
+    @property
+    def cache_hits(self) -> int:
+        return self._documents.cache_hits + self._queries.cache_hits
 
     def close(self) -> None:
         self._documents.close()

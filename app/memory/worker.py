@@ -21,6 +21,7 @@ from app.memory.manager import Manager, Shown, Turn, build_prompt
 from app.memory.operations import Applier, Operation
 from app.memory.records import now
 from app.memory.service import MemoryService
+from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.manager")
 
@@ -38,7 +39,9 @@ class Worker:
         service: MemoryService,
         manager: Manager,
         settings: Settings,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics or Metrics()
         self._queue = queue
         self._service = service
         self._manager = manager
@@ -100,6 +103,9 @@ class Worker:
                 job.user_id, operations or [], aliases, job_id=job.id, queue=self._queue
             )
             self.applied += 1
+            self._metrics.jobs_applied.inc()
+            for outcome in outcomes:
+                self._metrics.memory_operations.labels(outcome.result).inc()
             logger.info("job %s applied: %s", job.id, ", ".join(o.result for o in outcomes) or "-")
         except asyncio.CancelledError:
             raise
@@ -107,6 +113,7 @@ class Worker:
             reason = f"{type(exc).__name__}: {exc}"[:1000]
             if job.attempts >= self._attempts:
                 self.failed += 1
+                self._metrics.jobs_failed.inc()
                 logger.warning("job %s failed %d times, parked: %s", job.id, job.attempts, reason)
                 await self._queue.park(job.id, reason)
             else:

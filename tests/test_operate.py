@@ -1,0 +1,88 @@
+"""Operating memproxy: readiness with its degraded states, and Prometheus metrics."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+from tests.helpers import completion_json
+
+
+def services(client: httpx.AsyncClient) -> Any:
+    return client._transport.app.state.services  # type: ignore[attr-defined]
+
+
+async def test_ready_when_database_schema_and_embedder_are(client: httpx.AsyncClient) -> None:
+    response = await client.get("/readyz")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ready"
+    assert body["checks"]["database"] == "ok" and body["checks"]["migrations"] == "ok"
+    assert body["checks"]["embedder"].startswith("ok (fake-bow-64")
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+
+
+async def test_not_ready_when_the_schema_is_behind(
+    client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    database = sqlite3.connect(tmp_path / "memproxy.db")
+    database.execute("UPDATE alembic_version SET version_num = '0001'")
+    database.commit()
+    database.close()
+    response = await client.get("/readyz")
+    assert response.status_code == 503
+    assert (
+        "migrations" in response.json()["reason"]
+        and "memproxy db upgrade" in response.json()["reason"]
+    )
+
+
+async def test_not_ready_when_the_database_is_unreachable(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = services(client).engine
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(type(engine), "connect", broken)
+    response = await client.get("/readyz")
+    assert (
+        response.status_code == 503
+        and "database: unreachable: OSError: disk gone" in response.json()["reason"]
+    )
+    monkeypatch.undo()
+    assert (await client.get("/readyz")).status_code == 200  # and it recovers
+
+
+async def test_metrics_count_requests_recall_and_cache(
+    client: httpx.AsyncClient, upstream: respx.Router
+) -> None:
+    upstream.post("/chat/completions").respond(json=completion_json())
+    headers = {"X-User-Id": "ann"}
+    await client.post("/v1/memories", json={"content": "Lives in Oslo"}, headers=headers)
+    chat = {"model": "m", "messages": [{"role": "user", "content": "Where do I live, in Oslo?"}]}
+    for _ in range(2):
+        assert (
+            await client.post("/v1/chat/completions", json=chat, headers=headers)
+        ).status_code == 200
+    await client.get("/v1/memories/no-such-id", headers=headers)
+    response = await client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert (
+        'memproxy_requests_total{kind="chat",route="/v1/chat/completions",status="200"} 2.0' in text
+    )
+    assert (
+        'memproxy_requests_total{kind="-",route="/v1/memories/{memory_id}",status="404"} 1.0'
+        in text
+    )
+    assert "memproxy_recall_seconds_count 2.0" in text
+    assert "memproxy_memories_injected_sum 2.0" in text
+    assert "memproxy_embedding_cache_hits_total" in text
+    assert "Lives in Oslo" not in text and "ann" not in text  # no content, no user ids
