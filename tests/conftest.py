@@ -13,9 +13,11 @@ import httpx
 import pytest
 import respx
 from pydantic_ai.models import Model
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import Settings
 from app.main import create_app
+from app.memory.db import create_engine, upgrade
 from app.proxy.hooks import MemoryHooks
 from tests.fakes import FakeEmbedder
 from tests.helpers import UPSTREAM, running
@@ -79,3 +81,12 @@ async def client(make_client: AppClientFactory) -> httpx.AsyncClient:
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the real model's ONNX exports go: made once per test run, shared by its tests."""
     return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    """A migrated database of the test's own, in a folder the engine must create."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/sub/memproxy.db")
+    await upgrade(engine)
+    yield engine
+    await engine.dispose()

@@ -3,28 +3,16 @@ change audited, kept in one transaction per job, and reaching the search index."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.memory.db import create_engine, upgrade
 from app.memory.models import MemoryType
 from app.memory.operations import Applier, Op, Operation
 from app.memory.records import NewMemory
 from app.memory.service import MemoryService
 from app.memory.store import MemoryStore
 from tests.fakes import FakeEmbedder
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/ops.db")
-    await upgrade(engine)
-    yield engine
-    await engine.dispose()
 
 
 @pytest.fixture
@@ -200,3 +188,12 @@ async def test_deleting_all_memories_erases_their_history_fingerprints_and_jobs(
     assert await queue.counts("ann") == {"awaiting": 0, "queued": 0, "running": 0, "failed": 0}
     assert await queue.processed("ann", found.fingerprints) == set()
     assert (await queue.counts("bob"))["queued"] == 1  # another user's are untouched
+
+
+async def test_a_job_that_changes_nothing_bumps_no_version(service: MemoryService) -> None:
+    aliases = await seed(service, "Allergic to peanuts", pinned=True)
+    version = await service.store.version("ann")
+    (outcome,) = await Applier(service).apply(
+        "ann", [Operation(op=Op.DELETE, id=1)], aliases, job_id="j"
+    )
+    assert outcome.result == "failed" and await service.store.version("ann") == version

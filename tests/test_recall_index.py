@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
-import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.db import create_engine, upgrade
@@ -27,14 +25,6 @@ WORDS = ("violin garden roses nurse oslo ramen hiking beagle chess cello lyon pa
 def sentences(count: int, seed: int = 7) -> list[str]:
     rng = random.Random(seed)
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) for _ in range(count)]
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/index.db")
-    await upgrade(engine)
-    yield engine
-    await engine.dispose()
 
 
 def service(engine: AsyncEngine, embedder: FakeEmbedder | None = None, **kw: int) -> MemoryService:

@@ -3,7 +3,6 @@ restart, and two processes' engines on one database file."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,14 +21,6 @@ from app.memory.store import IdTaken, MemoryStore
 
 def url_for(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(url_for(tmp_path / "sub" / "memproxy.db"))
-    await upgrade(engine)
-    yield engine
-    await engine.dispose()
 
 
 @pytest.fixture

@@ -149,7 +149,7 @@ class Applier:
                 return []
             if not planned:
                 return []
-            version = await bump_version(session, user_id)
+            written: list[Memory] = []  # stamped with the new version once, at the end
             ids = [p.memory_id for p in planned if p.memory_id]
             rows = {
                 r.id: r
@@ -180,7 +180,8 @@ class Applier:
                     row.content = operation.content
                     row.type = (operation.type or MemoryType(row.type)).value
                     row.embedding, row.embedding_model = encode(plan.vectors), model
-                    row.updated_at, row.seq = stamp, version
+                    row.updated_at = stamp
+                    written.append(row)
                     events.record(session, user_id, row.id, EventAction.UPDATED, manager,
                                   before=before, after=row.content, job_id=job_id)  # fmt: skip
                     outcomes.append(Outcome(operation, "updated", row.id))
@@ -193,12 +194,16 @@ class Applier:
                     type=(operation.type or MemoryType.FACT).value, meta={},
                     source=manager.value, pinned=False, created_at=stamp, updated_at=stamp,
                     recall_count=0, embedding=encode(plan.vectors), embedding_model=model,
-                    seq=version,
                 )  # fmt: skip
                 session.add(created)
+                written.append(created)
                 events.record(session, user_id, created.id, EventAction.CREATED, manager,
                               after=created.content, job_id=job_id, detail=detail)  # fmt: skip
                 outcomes.append(Outcome(operation, "created", created.id, detail))
+            if written or any(o.result == "deleted" for o in outcomes):
+                version = await bump_version(session, user_id)  # only when something changed
+                for row in written:
+                    row.seq = version
         return outcomes
 
 
