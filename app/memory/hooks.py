@@ -1,5 +1,5 @@
-"""Memory's side of the proxy hooks: recall and inject before forwarding; queue what the
-exchange taught for the Manager after the response (:mod:`app.memory.extraction`).
+"""Memory's side of the proxy hooks: recall and inject before forwarding; queue the exchange's
+new turns for the Manager while the answer streams (:mod:`app.memory.extraction`).
 
 Promises (see :mod:`app.proxy.hooks` for when each hook runs):
 
@@ -12,9 +12,11 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
   logged as a warning and counted (``memproxy_recall_failures``), and the chat goes on without
   memories;
 - recall counters are updated after the request, off the hot path;
-- after a complete response to a chat that may write memories, the exchange's new turns are
-  queued for the Manager (durably, in the database) and the worker is woken; a failure there is
-  logged, and the turns, not fingerprinted, go with the conversation's next exchange.
+- for a chat that may write memories, the exchange's new turns are queued for the Manager
+  (durably, in the database, as an awaiting job) once the answer's first byte is out; when the
+  response completes the reply is added and the worker woken, and when it fails the job is
+  withdrawn. A failure to queue is logged, and the turns, not fingerprinted, go with the
+  conversation's next exchange.
 """
 
 from __future__ import annotations

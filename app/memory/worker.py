@@ -53,8 +53,6 @@ class Worker:
         self._wakeup = asyncio.Event()
         self._running: dict[asyncio.Task[None], str] = {}
         self._loop_task: asyncio.Task[None] | None = None
-        self.applied = 0
-        self.failed = 0
 
     async def start(self) -> None:
         requeued = await self._queue.requeue_running()
@@ -102,7 +100,6 @@ class Worker:
             outcomes = await self._applier.apply(
                 job.user_id, operations or [], aliases, job_id=job.id, queue=self._queue
             )
-            self.applied += 1
             self._metrics.jobs_applied.inc()
             for outcome in outcomes:
                 self._metrics.memory_operations.labels(outcome.result).inc()
@@ -112,7 +109,6 @@ class Worker:
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"[:1000]
             if job.attempts >= self._attempts:
-                self.failed += 1
                 self._metrics.jobs_failed.inc()
                 logger.warning("job %s failed %d times, parked: %s", job.id, job.attempts, reason)
                 await self._queue.park(job.id, reason)
