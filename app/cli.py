@@ -2,6 +2,11 @@
 
 ``memproxy serve [--host H] [--port P]``   run the proxy (settings from the environment and .env)
 ``memproxy db upgrade``                    bring the database schema to the newest migration
+``memproxy model prepare``                 export the embedding model to ONNX (fp32 and int8)
+                                           under MEMPROXY_EMBEDDING_CACHE_DIR, once; the Docker
+                                           build runs it so the image starts ready
+``memproxy ready [--url U]``               exit 0 when the server's /readyz says ready, else 1
+                                           (the container's health check)
 ``memproxy memories list|add|search|delete|export|import --user U``   see app/cli_memory.py
 ``memproxy index rebuild [--user U]``      re-embed and check the search indexes
 ``memproxy jobs list|retry [--user U]``    the Manager's queue: counts, failures; re-queue them
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
@@ -35,6 +41,12 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
     db = commands.add_parser("db", help="database schema")
     db.add_argument("action", choices=["upgrade"], help="upgrade: apply all pending migrations")
 
+    model = commands.add_parser("model", help="the embedding model")
+    model.add_argument("action", choices=["prepare"], help="prepare: export it to ONNX once")
+
+    ready = commands.add_parser("ready", help="check a running server's /readyz")
+    ready.add_argument("--url", help="default: http://127.0.0.1:MEMPROXY_PORT/readyz")
+
     cli_memory.add_parsers(commands)
 
     fake = commands.add_parser("fake-upstream", help="run a fake OpenAI-compatible upstream")
@@ -43,12 +55,18 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
 
     args = parser.parse_args(argv)
     if args.command == "serve":
+        # The app reads its settings from the environment: put the flags there, so what it
+        # reports at start is where it really listens.
+        if args.host:
+            os.environ["MEMPROXY_HOST"] = args.host
+        if args.port:
+            os.environ["MEMPROXY_PORT"] = str(args.port)
         settings = Settings()
         uvicorn.run(
             "app.main:create_served_app",
             factory=True,
-            host=args.host or settings.host,
-            port=args.port or settings.port,
+            host=settings.host,
+            port=settings.port,
             access_log=False,  # memproxy logs one line per request itself, with its request id
             server_header=False,
             log_level=settings.log_level.lower(),
@@ -57,6 +75,10 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
         url = Settings().database_url
         asyncio.run(_upgrade(url))
         print(f"database at the newest schema: {url}")
+    elif args.command == "model":
+        return _prepare_model(Settings())
+    elif args.command == "ready":
+        return _ready(args.url or f"http://127.0.0.1:{Settings().port}/readyz")
     elif args.command in ("memories", "index", "jobs"):
         return cli_memory.run(args, embedder)
     elif args.command == "fake-upstream":
@@ -66,6 +88,28 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
             FakeUpstream(), host=args.host, port=args.port, access_log=False, log_level="warning"
         )
     return 0
+
+
+def _prepare_model(settings: Settings) -> int:
+    from app.memory.embedder import bundled_model_path, prepare
+
+    model = settings.embedding_model or bundled_model_path()
+    for quantize in (False, True):
+        files = prepare(model, settings.embedding_cache_dir, quantize=quantize)
+        print(f"{files.name}: {files.onnx}")
+    return 0
+
+
+def _ready(url: str) -> int:
+    import httpx
+
+    try:
+        response = httpx.get(url, timeout=5.0, trust_env=False)
+    except httpx.HTTPError as exc:
+        print(f"not ready: {url}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(response.text)
+    return 0 if response.status_code == 200 else 1
 
 
 async def _upgrade(url: str) -> None:

@@ -40,7 +40,10 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535)
     """Port `memproxy serve` listens on."""
     log_level: str = "INFO"
-    """Python logging level for memproxy's own loggers."""
+    """Python logging level for memproxy's own loggers (DEBUG adds the memories injected into
+    each chat: their texts)."""
+    log_format: Literal["text", "json"] = "text"
+    """`text`: readable lines; `json`: one JSON object per line (app/log.py lists the keys)."""
 
     # --- upstream -----------------------------------------------------------------------------
     upstream_base_url: str = "http://localhost:11434/v1"
@@ -53,6 +56,9 @@ class Settings(BaseSettings):
     """Longest silence allowed between two reads from the upstream (a slow first token counts)."""
     upstream_max_connections: int = Field(default=512, ge=1)
     """Size of the shared connection pool to the upstream."""
+    upstream_check_at_start: bool = True
+    """Ask the upstream for its model list once at start and warn when it does not answer or
+    refuses the key (start never fails on it)."""
     models_cache_seconds: float = Field(default=10.0, ge=0)
     """How long a `/v1/models` answer is reused (Open WebUI asks on every chat). 0 disables."""
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,7 +17,7 @@ import httpx
 from fastapi import FastAPI
 from pydantic_ai.models import Model
 
-from app import __version__
+from app import __version__, startup
 from app.api import chat, health, memories, models, relay
 from app.config import ApiKey, Settings
 from app.deps import Services
@@ -41,8 +40,6 @@ from app.proxy.models_cache import ModelsCache
 from app.proxy.service import ChatProxy
 from app.proxy.upstream import Upstream, build_client, build_transport
 
-logger = logging.getLogger("memproxy")
-
 SHUTDOWN_GRACE_SECONDS = 10.0
 """How long shutdown waits for after-response work before cancelling it."""
 
@@ -59,7 +56,7 @@ def create_app(
     place of memory recall), `embedder` (a deterministic fake, in place of the model) and
     `manager_model` (a PydanticAI FunctionModel, in place of the Manager's LLM)."""
     settings = settings if settings is not None else Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     authenticator = Authenticator(settings.parsed_api_keys)
     metrics = Metrics()  # here, not in the lifespan: the middleware counts requests into it
 
@@ -75,7 +72,9 @@ def create_app(
         )
         transport = upstream_transport or build_transport(settings)
         client = build_client(settings, transport)
-        upstream = Upstream(client, transport, settings, proxy_keys_enabled=authenticator.enabled)
+        upstream = Upstream(
+            client, transport, settings, proxy_keys_enabled=authenticator.enabled, metrics=metrics
+        )
         runner = BackgroundRunner()
         store = MemoryStore(engine)
         memory = MemoryService(
@@ -113,12 +112,11 @@ def create_app(
             admins=Authenticator([ApiKey(k, None) for k in settings.admin_keys]),
             jobs=queue,
         )
-        logger.info("memproxy %s forwarding to %s", __version__, settings.upstream_base_url)
-        if not authenticator.enabled:
-            logger.warning(
-                "MEMPROXY_API_KEYS is empty: anyone who can reach this server can use it and "
-                "name any user; set keys before exposing it beyond this machine"
-            )
+        startup.report(
+            settings, embedding_model=text_embedder.model_name, keys=len(settings.api_keys)
+        )
+        if settings.upstream_check_at_start:
+            runner.spawn(startup.check_upstream(upstream), name="upstream-check")
         try:
             yield
         finally:

@@ -64,6 +64,15 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.upstream_seconds = Histogram(
+            "memproxy_upstream_seconds",
+            "Time until the upstream's response headers (for a stream, its first token), by "
+            "endpoint (chat, models, other) and result (2xx, 4xx, 5xx, unreachable, timeout).",
+            ["endpoint", "result"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
+            registry=self.registry,
+        )
+
     def count_embedding_cache(self, hits: Callable[[], int]) -> None:
         """Export the embedder's cache hits (read when scraped)."""
         documentation = "Query embeddings answered from the cache."

@@ -2,7 +2,7 @@
 
 :class:`RequestIdMiddleware` gives each request an id (the client's ``X-Request-Id`` when it is a
 sane token, else a fresh one), returns it in the response headers, puts it in every log line, and
-logs one line per request: method, path, status, duration, user and kind (no content).
+logs one line per request (see :func:`_log_request`; never content).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import time
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -18,6 +19,9 @@ from app.log import request_id_var
 from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.access")
+_TIMINGS = (("memory_ms", "ms"), ("injected", ""), ("upstream_ms", "ms"))
+"""Optional parts of the access line, set in the request's state by the handlers: time spent
+preparing memory (recall), memories injected, time until the upstream's response headers."""
 _SANE_ID = re.compile(r"\A[A-Za-z0-9._:\-]{1,128}\Z")
 
 
@@ -53,16 +57,32 @@ class RequestIdMiddleware:
                 self._metrics.requests.labels(
                     getattr(route, "path", "unmatched"), str(status or 0), state.get("kind", "-")
                 ).inc()
-            logger.info(
-                "%s %s %s %.1fms user=%s kind=%s",
-                scope["method"],
-                scope["path"],
-                status or "-",
-                (time.perf_counter() - started) * 1000,
-                state.get("user_id", "-"),
-                state.get("kind", "-"),
-            )
+            _log_request(scope, state, status, time.perf_counter() - started)
             request_id_var.reset(token)
+
+
+def _log_request(scope: Scope, state: dict[str, Any], status: int, seconds: float) -> None:
+    """The access line: what was asked, by whom, how it ended and where the time went."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    fields: dict[str, Any] = {
+        "method": scope["method"],
+        "path": scope["path"],
+        "status": status or None,
+        "duration_ms": round(seconds * 1000, 1),
+        "user": state.get("user_id"),
+        "kind": state.get("kind"),
+    }
+    text = (
+        f"{fields['method']} {fields['path']} {status or '-'} {fields['duration_ms']:.1f}ms "
+        f"user={fields['user'] or '-'} kind={fields['kind'] or '-'}"
+    )
+    for name, unit in _TIMINGS:
+        value = state.get(name)
+        if value is not None:
+            fields[name] = value
+            text += f" {name.removesuffix('_ms')}={value}{unit}"
+    logger.info(text, extra={"fields": fields})
 
 
 def _client_id(scope: Scope) -> str | None:

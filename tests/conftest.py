@@ -37,6 +37,7 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def make_settings(**overrides: Any) -> Settings:
     # No test talks to a real Manager: those that exercise it pass a FunctionModel and enable it.
     overrides.setdefault("manager_enabled", False)
+    overrides.setdefault("upstream_check_at_start", False)  # respx would see an extra /models
     return Settings(upstream_base_url=UPSTREAM, **overrides)
 
 

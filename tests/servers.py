@@ -58,6 +58,7 @@ def serve_stack(
     with tempfile.TemporaryDirectory() as data, serve(fake) as upstream:
         settings.setdefault("database_url", f"sqlite+aiosqlite:///{data}/memproxy.db")
         settings.setdefault("manager_enabled", False)  # no test talks to a real Manager
+        settings.setdefault("upstream_check_at_start", False)
         app = create_app(
             Settings(upstream_base_url=f"{upstream}/v1", **settings),
             hooks=hooks,

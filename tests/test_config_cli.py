@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -52,12 +53,17 @@ def test_serve_command_runs_the_factory(monkeypatch: pytest.MonkeyPatch) -> None
     calls: list[tuple[Any, dict[str, Any]]] = []
     monkeypatch.setattr(cli.uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
     monkeypatch.setenv("MEMPROXY_PORT", "8111")
+    monkeypatch.setenv("MEMPROXY_HOST", "127.0.0.1")  # restored after the test: serve sets it
     assert cli.main(["serve", "--host", "0.0.0.0"]) == 0
     app, options = calls[0]
     assert app == "app.main:create_served_app" and options["factory"] is True
     assert (options["host"], options["port"]) == ("0.0.0.0", 8111)
+    # The app builds its Settings from the environment: the flag is there for its start-up lines.
+    assert os.environ["MEMPROXY_HOST"] == "0.0.0.0"
+    monkeypatch.setenv("MEMPROXY_HOST", "127.0.0.1")
     cli.main(["serve", "--port", "9999"])
     assert calls[1][1]["port"] == 9999 and calls[1][1]["host"] == "127.0.0.1"
+    assert os.environ["MEMPROXY_PORT"] == "9999"
 
 
 def test_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:

@@ -85,4 +85,17 @@ async def test_metrics_count_requests_recall_and_cache(
     assert "memproxy_recall_seconds_count 2.0" in text
     assert "memproxy_memories_injected_sum 2.0" in text
     assert "memproxy_embedding_cache_hits_total" in text
+    assert 'memproxy_upstream_seconds_count{endpoint="chat",result="2xx"} 2.0' in text
     assert "Lives in Oslo" not in text and "ann" not in text  # no content, no user ids
+
+
+async def test_upstream_latency_is_measured_by_endpoint_and_result(
+    client: httpx.AsyncClient, upstream: respx.Router
+) -> None:
+    upstream.get("/models").respond(503, json={"error": "loading"})
+    upstream.post("/embeddings").mock(side_effect=httpx.ConnectError("refused"))
+    await client.get("/v1/models")
+    await client.post("/v1/embeddings", json={"model": "e", "input": "x"})
+    text = (await client.get("/metrics")).text
+    assert 'memproxy_upstream_seconds_count{endpoint="models",result="5xx"} 1.0' in text
+    assert 'memproxy_upstream_seconds_count{endpoint="other",result="unreachable"} 1.0' in text

@@ -108,7 +108,15 @@ class ChatMemory:
                 self._service.mark_recalled(ctx.user_id, [h.key for h in found]),
                 name=f"mark-recalled-{ctx.request_id}",
             )
-        return Preparation(body=body, headers=headers, on_first_byte=on_first_byte)
+        if found and logger.isEnabledFor(logging.DEBUG):  # memory texts: never at INFO
+            logger.debug(
+                "injected for %s: %s",
+                ctx.user_id,
+                " | ".join(f"{h.score:.3f} {h.content}" for h in found),
+            )
+        return Preparation(
+            body=body, headers=headers, on_first_byte=on_first_byte, injected=len(found)
+        )
 
     async def _recall(self, user_id: str, query: str) -> list[Hit]:
         return await self._service.recall(

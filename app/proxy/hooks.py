@@ -124,6 +124,8 @@ class Preparation:
     """A replacement body to forward, or None to forward the client's bytes unchanged."""
     headers: dict[str, str] = field(default_factory=dict)
     """Extra response headers (e.g. how many memories were injected)."""
+    injected: int | None = None
+    """Memories put into the request, for the access log (None: the hook injects none)."""
     on_first_byte: Callable[[], None] | None = None
     """Called once the answer has started reaching the client (work that must happen before
     the response completes, but must not hold back its first byte)."""
@@ -150,14 +152,14 @@ class BackgroundRunner:
     shutdown wait for them (bounded) instead of cutting them off."""
 
     def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
 
-    def spawn(self, coro: Coroutine[Any, Any, None], *, name: str) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, object], *, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
-    def _done(self, task: asyncio.Task[None]) -> None:
+    def _done(self, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             logger.error("background task %s failed", task.get_name(), exc_info=task.exception())

@@ -9,6 +9,7 @@ response: the completion is read from the captured bytes and given to the hook, 
 from __future__ import annotations
 
 import logging
+import time
 
 import orjson
 from starlette.requests import Request
@@ -66,7 +67,13 @@ class ChatProxy:
         request.state.user_id = user_id  # for the access log line
         request.state.kind = kind.kind.value
 
-        preparation = await self._prepare(ctx) if ctx.recall_allowed else None
+        preparation = None
+        if ctx.recall_allowed:
+            started = time.perf_counter()
+            preparation = await self._prepare(ctx)
+            request.state.memory_ms = round((time.perf_counter() - started) * 1000, 1)
+            if preparation is not None and preparation.injected is not None:
+                request.state.injected = preparation.injected
         content = raw
         if preparation is not None and preparation.body is not None:
             content = orjson.dumps(preparation.body)

@@ -18,12 +18,14 @@ error status -> :class:`UpstreamStatusError` carrying the upstream's status and 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import httpx
 
 from app.config import Settings
 from app.errors import UpstreamStatusError, UpstreamTimeout, UpstreamUnreachable
+from app.metrics import Metrics
 from app.proxy.transport import LeanTransport
 
 HOP_BY_HOP = frozenset(
@@ -91,8 +93,10 @@ class Upstream:
         settings: Settings,
         *,
         proxy_keys_enabled: bool,
+        metrics: Metrics | None = None,
     ):
         self.client = client
+        self._metrics = metrics
         # Requests go straight to the client's transport: the client's auth, redirect and
         # cookie layers do nothing here and cost ~14 % of the proxy's CPU. The client owns the
         # transport (closing it closes the pool); each request carries the client's timeouts.
@@ -151,22 +155,39 @@ class Upstream:
         )
 
     async def open(self, request: httpx.Request) -> httpx.Response:
-        """Send and return the response with its body unread; error statuses raise, body read."""
+        """Send and return the response with its body unread; error statuses raise, body read.
+        The wait for the response headers is observed in ``memproxy_upstream_seconds``."""
+        started = time.perf_counter()
         try:
             response = await self._transport.handle_async_request(request)
             response.request = request
         except httpx.TimeoutException as exc:
+            self._observe(request, "timeout", started)
             raise self._timeout(exc) from None
         except httpx.TransportError as exc:
+            self._observe(request, "unreachable", started)
             reason = f"{type(exc).__name__}: {exc or 'no detail'}"
             raise UpstreamUnreachable(
                 f"cannot reach the upstream at {self.base_url} ({reason}); check that it is "
                 "running and that MEMPROXY_UPSTREAM_BASE_URL points at it"
             ) from None
+        self._observe(request, f"{response.status_code // 100}xx", started)
         if response.status_code >= 400:
             body = await _read_capped(response, MAX_ERROR_BODY)
             raise UpstreamStatusError(response.status_code, body)
         return response
+
+    def _observe(self, request: httpx.Request, result: str, started: float) -> None:
+        if self._metrics is None:
+            return
+        path = request.url.path
+        endpoint = (
+            "chat" if path.endswith("/chat/completions")
+            else "models" if path.endswith("/models") else "other"
+        )  # fmt: skip
+        self._metrics.upstream_seconds.labels(endpoint, result).observe(
+            time.perf_counter() - started
+        )
 
     def _timeout(self, exc: httpx.TimeoutException) -> UpstreamTimeout:
         if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):

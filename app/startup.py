@@ -1,0 +1,115 @@
+"""What memproxy says when it starts: where it listens, what it forwards to, where it keeps its
+memories, which model embeds them, and what an operator should fix (an open server, an upstream
+that does not answer). Nothing here can fail the start: a problem is a warning, and the server
+serves anyway (an upstream that comes up later is used as soon as it answers).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import orjson
+from sqlalchemy.engine import make_url
+
+from app import __version__
+from app.config import Settings
+from app.errors import MemproxyError, UpstreamStatusError
+from app.proxy.upstream import Upstream
+
+logger = logging.getLogger("memproxy")
+
+CHECK_TIMEOUT_SECONDS = 5.0
+
+
+def summary(settings: Settings, *, embedding_model: str, keys: int) -> list[str]:
+    """The start-up lines (no secrets: the database password and every key are left out)."""
+    listen = f"http://{settings.host}:{settings.port}"
+    if settings.upstream_api_key is not None:
+        upstream_key = "MEMPROXY_UPSTREAM_API_KEY"
+    else:
+        upstream_key = "the client's own" if keys == 0 else "none"
+    if settings.manager_enabled:
+        model = settings.manager_model or "the chat's own model"
+        where = settings.manager_base_url or "the upstream"
+        manager = f"on ({model} at {where}, {settings.manager_provider} style)"
+    else:
+        manager = "off (memories come from the API only)"
+    return [
+        f"memproxy {__version__} listening on {listen} (OpenAI base URL: {listen}/v1)",
+        f"upstream: {settings.upstream_base_url} (key sent: {upstream_key})",
+        f"database: {redact(settings.database_url)}",
+        f"embedding model: {embedding_model}",
+        f"manager: {manager}",
+        f"client keys: {keys}" + ("" if keys else " (open server)"),
+    ]
+
+
+def redact(url: str) -> str:
+    """`url` with its password masked (a database URL may carry one)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: show its scheme only
+        return url.split(":", 1)[0] + ":..."
+
+
+def report(settings: Settings, *, embedding_model: str, keys: int) -> None:
+    """Log :func:`summary`, then warn about an open server."""
+    for line in summary(settings, embedding_model=embedding_model, keys=keys):
+        logger.info("%s", line)
+    if keys == 0:
+        logger.warning(
+            "MEMPROXY_API_KEYS is empty: anyone who can reach this server can use it and name "
+            "any user; set keys before exposing it beyond this machine"
+        )
+
+
+async def check_upstream(upstream: Upstream) -> bool:
+    """Ask the upstream for its model list once; log what it said. True when it answered 2xx.
+
+    Sent with memproxy's own upstream key, if any; a 401/403 without one is expected when the
+    clients' keys are passed through, so it is reported as such, not as a failure.
+    """
+    headers = upstream.headers([], "startup-check")
+    request = upstream.build("GET", "/models", headers=headers, content=b"")
+    request.extensions["timeout"] = httpx.Timeout(CHECK_TIMEOUT_SECONDS).as_dict()
+    try:
+        response = await upstream.open(request)
+        body = await response.aread()
+        await response.aclose()
+    except UpstreamStatusError as exc:
+        if exc.upstream_status in (401, 403):
+            logger.warning(
+                "upstream %s refused the model list (%d): set MEMPROXY_UPSTREAM_API_KEY, or "
+                "have clients send a key it accepts",
+                upstream.base_url,
+                exc.upstream_status,
+            )
+        else:
+            logger.warning(
+                "upstream %s answered %d to GET /models; chats may fail until it is fixed",
+                upstream.base_url,
+                exc.upstream_status,
+            )
+        return False
+    except (MemproxyError, httpx.HTTPError) as exc:
+        logger.warning(
+            "upstream not reachable at start: %s; memproxy serves anyway, and chats answer 502 "
+            "until it is up",
+            exc,
+        )
+        return False
+    logger.info("upstream %s answered: %s", upstream.base_url, _models(body))
+    return True
+
+
+def _models(body: bytes) -> str:
+    try:
+        data = orjson.loads(body).get("data") or []
+        names = [str(m.get("id")) for m in data if isinstance(m, dict)]
+    except Exception:
+        return "a model list memproxy could not read"
+    if not names:
+        return "no models (pull one, e.g. `ollama pull llama3.2`)"
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"{len(names)} model(s): {shown}"

@@ -1,0 +1,198 @@
+"""Logs and start-up: one access line per request (text or JSON) with id, user, kind, status and
+timings; no message content, memory text or key at INFO; what start-up says and warns about."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import respx
+from pydantic_ai import models
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from app.main import create_app
+from app.startup import redact
+from tests.conftest import make_settings
+from tests.fakes import FakeEmbedder
+from tests.helpers import completion_json, running
+
+SECRET = "BLUEBERRY-TANGO-42"
+"""A word that appears only in message content: no log line at INFO may contain it."""
+MEMORY = "Keeps bees on the roof in Oslo"
+KEY = "sk-very-secret-client-key"
+
+
+@pytest.fixture
+def log() -> Iterator[io.StringIO]:
+    """What memproxy's handler writes, from the moment an app configures it (see `capture`)."""
+    yield io.StringIO()
+    logging.getLogger("memproxy").setLevel(logging.INFO)
+
+
+def capture(stream: io.StringIO, monkeypatch: pytest.MonkeyPatch) -> None:
+    handler = next(h for h in logging.getLogger("memproxy").handlers if getattr(h, "_memproxy", 0))
+    monkeypatch.setattr(handler, "stream", stream)
+
+
+def build(upstream: respx.Router, **settings: Any) -> Any:
+    return create_app(
+        make_settings(**settings),
+        upstream_transport=httpx.MockTransport(upstream.async_handler),
+        embedder=FakeEmbedder(),
+    )
+
+
+async def chat_with_memory(client: httpx.AsyncClient, headers: dict[str, str]) -> httpx.Response:
+    await client.post("/v1/memories", json={"content": MEMORY}, headers=headers)
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": f"Do my bees like the roof in Oslo? {SECRET}"}],
+    }
+    return await client.post("/v1/chat/completions", json=body, headers=headers)
+
+
+async def test_json_access_lines_carry_ids_timings_and_no_content(
+    upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstream.post("/chat/completions").respond(json=completion_json(f"Yes. {SECRET}"))
+    app = build(upstream, log_format="json", api_keys=[f"{KEY}:ann"])
+    capture(log, monkeypatch)
+    async with running(app) as client:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        response = await chat_with_memory(client, headers)
+        assert response.status_code == 200 and response.headers["x-memories-injected"] == "1"
+        bad = {"model": "m", "messages": [{"role": "wizard", "content": SECRET}]}
+        assert (
+            await client.post("/v1/chat/completions", json=bad, headers=headers)
+        ).status_code == 422
+        assert (
+            await client.post("/v1/chat/completions", content=SECRET.encode(), headers=headers)
+        ).status_code == 400
+        await client.get("/healthz")
+    output = log.getvalue()
+    lines = [orjson.loads(line) for line in output.splitlines()]  # every line is JSON
+    access = [line for line in lines if line["logger"] == "memproxy.access"]
+    assert [(a["method"], a["path"], a["status"]) for a in access] == [
+        ("POST", "/v1/memories", 201),
+        ("POST", "/v1/chat/completions", 200),
+        ("POST", "/v1/chat/completions", 422),
+        ("POST", "/v1/chat/completions", 400),
+        ("GET", "/healthz", 200),
+    ]
+    chat = access[1]
+    assert chat["request_id"] == response.headers["x-request-id"]
+    assert (chat["user"], chat["kind"], chat["injected"]) == ("ann", "chat", 1)
+    assert chat["duration_ms"] >= chat["upstream_ms"] >= 0 and chat["memory_ms"] >= 0
+    assert all(line["level"] and line["time"] for line in lines)
+    for forbidden in (SECRET, "bees", KEY):
+        assert forbidden not in output, forbidden
+
+
+async def test_debug_shows_the_injected_memories(
+    upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstream.post("/chat/completions").respond(json=completion_json())
+    app = build(upstream, log_level="DEBUG")
+    capture(log, monkeypatch)
+    async with running(app) as client:
+        await chat_with_memory(client, {"X-User-Id": "ann"})
+    debug = [line for line in log.getvalue().splitlines() if " DEBUG " in line]
+    assert any(MEMORY in line and "injected for ann" in line for line in debug)
+
+
+async def test_manager_lines_at_info_carry_no_content(
+    upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    models.ALLOW_MODEL_REQUESTS = False
+    applied: list[str] = []
+
+    def manager(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        applied.append("called")
+        ops = [{"op": "NEW", "content": f"Has a password hint {SECRET}", "type": "fact"}]
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"operations": ops})])
+
+    upstream.post("/chat/completions").respond(json=completion_json("Noted."))
+    app = create_app(
+        make_settings(manager_enabled=True, processing_interval=0, conversation_threshold=1),
+        upstream_transport=httpx.MockTransport(upstream.async_handler),
+        embedder=FakeEmbedder(),
+        manager_model=FunctionModel(manager),
+    )
+    capture(log, monkeypatch)
+    async with running(app) as client:
+        body = {"model": "m", "messages": [{"role": "user", "content": f"Remember {SECRET}"}]}
+        await client.post("/v1/chat/completions", json=body, headers={"X-User-Id": "ann"})
+        for _ in range(500):
+            if "applied: created" in log.getvalue():
+                break
+            await asyncio.sleep(0.01)
+    assert applied and "applied: created" in log.getvalue()
+    assert SECRET not in log.getvalue()
+
+
+async def test_start_up_says_where_what_and_warns_of_an_open_server(
+    upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstream.get("/models").respond(json={"object": "list", "data": [{"id": "llama3.2"}]})
+    app = build(upstream, upstream_check_at_start=True, host="0.0.0.0", port=8123)
+    capture(log, monkeypatch)
+    async with running(app) as client:
+        await app.state.services.runner.drain(5)  # the upstream check runs in the background
+        assert (await client.get("/healthz")).status_code == 200
+    text = log.getvalue()
+    assert "listening on http://0.0.0.0:8123 (OpenAI base URL: http://0.0.0.0:8123/v1)" in text
+    assert "upstream: http://upstream.test/v1" in text
+    assert "database: sqlite+aiosqlite:///" in text and "embedding model: fake-bow-64" in text
+    assert "WARNING" in text and "MEMPROXY_API_KEYS is empty" in text
+    assert "upstream http://upstream.test/v1 answered: 1 model(s): llama3.2" in text
+
+
+@pytest.mark.parametrize(
+    ("answer", "warning"),
+    [
+        (httpx.ConnectError("connection refused"), "upstream not reachable at start"),
+        (httpx.Response(401, json={"error": "bad key"}), "refused the model list (401)"),
+        (httpx.Response(500, text="boom"), "answered 500 to GET /models"),
+    ],
+    ids=["unreachable", "refused", "broken"],
+)
+async def test_a_bad_upstream_is_a_warning_and_memproxy_serves_anyway(
+    upstream: respx.Router,
+    log: io.StringIO,
+    monkeypatch: pytest.MonkeyPatch,
+    answer: Any,
+    warning: str,
+) -> None:
+    route = upstream.get("/models")
+    if isinstance(answer, Exception):
+        route.side_effect = answer
+    else:
+        route.return_value = answer
+    upstream.post("/chat/completions").respond(json=completion_json())
+    app = build(upstream, upstream_check_at_start=True, api_keys=["k1"])
+    capture(log, monkeypatch)
+    async with running(app) as client:
+        await app.state.services.runner.drain(5)
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        response = await client.post(
+            "/v1/chat/completions", json=chat, headers={"Authorization": "Bearer k1"}
+        )
+        assert response.status_code == 200  # started and serving
+    text = log.getvalue()
+    assert warning in text and "MEMPROXY_API_KEYS is empty" not in text
+    assert "k1" not in text.replace("client keys: 1", "")
+
+
+def test_database_passwords_are_never_shown() -> None:
+    shown = redact("postgresql+asyncpg://memproxy:hunter2@db:5432/memproxy")
+    assert "hunter2" not in shown and shown.startswith("postgresql+asyncpg://memproxy:***@db")
+    assert (
+        redact("sqlite+aiosqlite:///./data/memproxy.db") == "sqlite+aiosqlite:///./data/memproxy.db"
+    )
