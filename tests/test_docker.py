@@ -1,0 +1,289 @@
+"""The Docker image and the compose stack, checked without a Docker engine (none runs here).
+
+The Dockerfile and docker-compose.yml are parsed and their wiring cross-checked against each other
+and against the code: ports, the data volume, the model baked in at build, the health check, the
+non-root user, the Open WebUI -> memproxy -> Ollama connections, and every variable documented.
+The two commands the image relies on (`memproxy model prepare` at build, `memproxy ready` as the
+health check) are run for real.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from starlette.responses import JSONResponse
+
+from app import cli
+from app.config import Settings
+from tests.servers import serve, serve_stack
+
+ROOT = Path(__file__).parent.parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+ENV_EXAMPLE = (ROOT / ".env.example").read_text()
+
+
+@dataclass
+class Stage:
+    name: str
+    args: dict[str, str] = field(default_factory=dict)
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [rest for kw, rest in self.instructions if kw == keyword]
+
+    def one(self, keyword: str) -> str:
+        (found,) = self.all(keyword)
+        return found
+
+    def env(self) -> dict[str, str]:
+        pairs: dict[str, str] = {}
+        for rest in self.all("ENV"):
+            for item in shlex.split(rest):
+                name, _, value = item.partition("=")
+                pairs[name] = value
+        return pairs
+
+
+def parse_dockerfile(text: str) -> list[Stage]:
+    """Stages with their instructions (continuations joined, comments dropped, ARGs expanded)."""
+    logical, pending = [], ""
+    for line in text.splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    global_args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in logical:
+        keyword, _, rest = line.strip().partition(" ")
+        keyword, rest = keyword.upper(), rest.strip()
+        if keyword == "FROM":
+            match = re.fullmatch(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.I)
+            assert match, line
+            stages.append(Stage(match.group(2) or str(len(stages)), dict(global_args)))
+            continue
+        scope = stages[-1].args if stages else global_args
+        if keyword == "ARG":
+            name, _, default = rest.partition("=")
+            scope[name] = default.strip('"')
+        if stages:
+            expanded = re.sub(
+                r"\$\{(\w+)\}", lambda m: stages[-1].args.get(m.group(1), m.group(0)), rest
+            )
+            stages[-1].instructions.append((keyword, expanded))
+    return stages
+
+
+STAGES = parse_dockerfile((ROOT / "docker" / "Dockerfile").read_text())
+BUILD, RUNTIME = STAGES[0], STAGES[-1]
+
+
+def dockerignored(path: str) -> bool:
+    patterns = [
+        p.strip()
+        for p in (ROOT / ".dockerignore").read_text().splitlines()
+        if p.strip() and not p.startswith("#")
+    ]
+    return any(
+        fnmatch.fnmatch(path, p) or path.split("/")[0] == p or fnmatch.fnmatch(path, f"**/{p}")
+        for p in patterns
+    )
+
+
+def exec_form(rest: str) -> list[str]:
+    """A CMD/HEALTHCHECK's JSON array, after any --options."""
+    return list(json.loads(rest[rest.index("[") :]))
+
+
+# --- the Dockerfile ------------------------------------------------------------------------------
+
+
+def test_the_image_is_built_in_two_stages_and_keeps_only_the_runtime() -> None:
+    assert [s.name for s in STAGES] == ["build", "runtime"]
+    copied = [rest for rest in RUNTIME.all("COPY") if "--from=build" in rest]
+    assert any("/opt/venv" in rest for rest in copied)
+    assert not any(kw == "RUN" and "pip install" in rest for kw, rest in RUNTIME.instructions)
+
+
+def test_torch_is_the_pinned_cpu_build_installed_before_the_rest() -> None:
+    makefile_pin = re.search(r"^TORCH_PIN := (\S+)", (ROOT / "Makefile").read_text(), re.M)
+    assert makefile_pin is not None
+    runs = BUILD.all("RUN")
+    torch = next(i for i, run in enumerate(runs) if "torch==" in run)
+    assert f'"{makefile_pin.group(1)}"' in runs[torch]
+    assert "--index-url" in runs[torch] and "download.pytorch.org/whl/cpu" in runs[torch]
+    project = next(i for i, run in enumerate(runs) if re.search(r"pip install \.$", run))
+    assert torch < project
+
+
+def test_everything_the_build_copies_exists_and_is_not_dockerignored() -> None:
+    sources = []
+    for rest in BUILD.all("COPY"):
+        parts = [p for p in rest.split() if not p.startswith("--")]
+        sources += parts[:-1]
+    assert {"pyproject.toml", "README.md", "app", "migrations"} <= set(sources)
+    for source in sources:
+        assert (ROOT / source).exists(), source
+        assert not dockerignored(source), source
+    assert dockerignored(".env") and dockerignored(".venv") and dockerignored("data")
+
+
+def test_the_model_is_exported_at_build_where_the_runtime_reads_it() -> None:
+    prepare = next(run for run in BUILD.all("RUN") if "memproxy model prepare" in run)
+    cache = re.search(r"MEMPROXY_EMBEDDING_CACHE_DIR=(\S+)", prepare)
+    assert cache is not None
+    assert RUNTIME.env()["MEMPROXY_EMBEDDING_CACHE_DIR"] == cache.group(1)
+    assert any("--from=build" in c and cache.group(1) in c for c in RUNTIME.all("COPY"))
+    assert RUNTIME.env()["HF_HUB_OFFLINE"] == "1" and BUILD.env()["HF_HUB_OFFLINE"] == "1"
+
+
+def test_it_runs_as_a_non_root_user_with_data_in_a_volume() -> None:
+    user = RUNTIME.one("USER")
+    assert user not in ("root", "0") and "useradd" in RUNTIME.all("RUN")[0]
+    assert user in RUNTIME.all("RUN")[0] and f"chown {user}" in RUNTIME.all("RUN")[0]
+    (volume,) = json.loads(RUNTIME.one("VOLUME"))
+    env = RUNTIME.env()
+    database = env["MEMPROXY_DATABASE_URL"]
+    assert database.startswith("sqlite+aiosqlite:///") and database.split(":///", 1)[1].startswith(
+        volume + "/"
+    )
+    assert RUNTIME.one("WORKDIR") == volume
+
+
+def test_its_settings_are_real_and_it_serves_and_checks_health_on_one_port() -> None:
+    env = RUNTIME.env()
+    for name in (n for n in env if n.startswith("MEMPROXY_")):
+        assert name.removeprefix("MEMPROXY_").lower() in Settings.model_fields, name
+    settings = Settings(**{k.removeprefix("MEMPROXY_").lower(): v for k, v in env.items()
+                           if k.startswith("MEMPROXY_")})  # fmt: skip
+    assert settings.host == "0.0.0.0" and str(settings.port) == RUNTIME.one("EXPOSE")
+    assert exec_form(RUNTIME.one("CMD")) == ["memproxy", "serve"]
+    health = RUNTIME.one("HEALTHCHECK")
+    assert exec_form(health) == ["memproxy", "ready"]  # /readyz on MEMPROXY_PORT
+    assert "--start-period" in health and "--interval" in health
+
+
+# --- docker-compose.yml --------------------------------------------------------------------------
+
+
+def memproxy_port() -> int:
+    return int(SERVICES["memproxy"]["environment"]["MEMPROXY_PORT"])
+
+
+def interpolated(value: str) -> str:
+    """A compose value with every ${NAME:-default} replaced by its default."""
+    return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: m.group(2), value)
+
+
+def test_the_stack_is_memproxy_ollama_and_open_webui() -> None:
+    assert set(SERVICES) == {"memproxy", "ollama", "open-webui"}
+    build = SERVICES["memproxy"]["build"]
+    assert (ROOT / build["context"] / build["dockerfile"]).samefile(ROOT / "docker" / "Dockerfile")
+    assert SERVICES["ollama"]["image"].startswith("ollama/ollama:")
+    assert SERVICES["open-webui"]["image"].startswith("ghcr.io/open-webui/open-webui:")
+
+
+def test_memproxy_listens_where_it_is_published_and_keeps_data_in_its_volume() -> None:
+    service = SERVICES["memproxy"]
+    env = service["environment"]
+    assert env["MEMPROXY_HOST"] == "0.0.0.0" and str(memproxy_port()) == RUNTIME.one("EXPOSE")
+    (published,) = service["ports"]
+    assert interpolated(published).rsplit(":", 1)[1] == str(memproxy_port())
+    assert interpolated(published).startswith("127.0.0.1:")  # loopback unless told otherwise
+    (volume,) = json.loads(RUNTIME.one("VOLUME"))
+    assert f"memproxy-data:{volume}" in service["volumes"]
+    database = interpolated(env["MEMPROXY_DATABASE_URL"])
+    assert database.split(":///", 1)[1].startswith(volume + "/")
+    assert env["MEMPROXY_EMBEDDING_CACHE_DIR"] == RUNTIME.env()["MEMPROXY_EMBEDDING_CACHE_DIR"]
+    assert service["env_file"] == [{"path": ".env", "required": False}]
+    settings = Settings(**{k.removeprefix("MEMPROXY_").lower(): interpolated(str(v))
+                           for k, v in env.items()})  # fmt: skip
+    assert settings.upstream_base_url == "http://ollama:11434/v1"
+
+
+def test_memproxy_forwards_to_the_ollama_service_and_keeps_its_models() -> None:
+    upstream = urlsplit(
+        interpolated(SERVICES["memproxy"]["environment"]["MEMPROXY_UPSTREAM_BASE_URL"])
+    )
+    assert upstream.hostname in SERVICES and upstream.hostname == "ollama"
+    assert upstream.port == 11434 and upstream.path == "/v1"  # Ollama's OpenAI-compatible API
+    assert "ollama:/root/.ollama" in SERVICES["ollama"]["volumes"]
+    assert SERVICES["ollama"]["healthcheck"]["test"] == ["CMD", "ollama", "list"]
+
+
+def test_open_webui_talks_to_memproxy_only_and_names_its_users() -> None:
+    service = SERVICES["open-webui"]
+    env = service["environment"]
+    assert env["OPENAI_API_BASE_URL"] == f"http://memproxy:{memproxy_port()}/v1"
+    assert env["ENABLE_OLLAMA_API"] == "false"  # chats cannot bypass memproxy
+    assert env["ENABLE_FORWARD_USER_INFO_HEADERS"] == "true"
+    # What Open WebUI then sends is the header memproxy reads first.
+    assert Settings().user_id_headers[0] == "X-OpenWebUI-User-Id"
+    assert interpolated(env["OPENAI_API_KEY"])
+    assert service["depends_on"]["memproxy"]["condition"] == "service_healthy"
+    assert RUNTIME.all("HEALTHCHECK")  # which the image's health check provides
+    assert "open-webui:/app/backend/data" in service["volumes"]
+    assert interpolated(service["ports"][0]).endswith(":8080")
+
+
+def test_every_named_volume_is_declared_and_every_variable_documented() -> None:
+    used = {
+        mount.split(":", 1)[0]
+        for service in SERVICES.values()
+        for mount in service.get("volumes", [])
+        if not mount.startswith((".", "/"))
+    }
+    assert used == set(COMPOSE["volumes"]) == {"memproxy-data", "ollama", "open-webui"}
+    text = (ROOT / "docker-compose.yml").read_text()
+    variables = set(re.findall(r"\$\{(\w+)", text))
+    assert variables >= {"STACK_UPSTREAM_BASE_URL", "STACK_OPEN_WEBUI_KEY"}
+    for name in variables:
+        assert f"# {name}=" in ENV_EXAMPLE, name
+
+
+# --- the commands the image runs -----------------------------------------------------------------
+
+
+def test_model_prepare_exports_both_variants_once(
+    model_cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MEMPROXY_EMBEDDING_CACHE_DIR", str(model_cache))
+    assert cli.main(["model", "prepare"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[1] for line in lines] == ["fp32", "int8"]
+    files = [Path(line.split(": ", 1)[1]) for line in lines]
+    assert all(f.parent == model_cache and f.stat().st_size > 1_000_000 for f in files)
+    stamps = [f.stat().st_mtime_ns for f in files]
+    assert cli.main(["model", "prepare"]) == 0  # a second run reuses them
+    assert [f.stat().st_mtime_ns for f in files] == stamps
+
+
+def test_ready_command_passes_only_for_a_ready_server(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with serve_stack() as stack:
+        assert cli.main(["ready", "--url", f"{stack.proxy_url}/readyz"]) == 0
+        assert '"ready"' in capsys.readouterr().out
+
+    async def not_ready(scope, receive, send):  # type: ignore[no-untyped-def]
+        await JSONResponse({"status": "not ready", "reason": "database: gone"}, 503)(
+            scope, receive, send
+        )
+
+    with serve(not_ready) as url:
+        assert cli.main(["ready", "--url", f"{url}/readyz"]) == 1
+        assert "database: gone" in capsys.readouterr().out
+    assert cli.main(["ready", "--url", f"{url}/readyz"]) == 1  # nothing listens there any more
+    assert "not ready" in capsys.readouterr().err
