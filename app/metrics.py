@@ -57,6 +57,11 @@ class Metrics:
             "Routine Manager jobs dropped because the queue was full.",
             registry=self.registry,
         )
+        self.answers_dropped = Counter(
+            "memproxy_manager_answers_dropped",
+            "Manager answers still malformed after the retries (their job ends with no operation).",
+            registry=self.registry,
+        )
         self.recall_failures = Counter(
             "memproxy_recall_failures",
             "Chat requests forwarded without memories because recall failed.",

@@ -22,6 +22,7 @@ logger = logging.getLogger("memproxy.access")
 _TIMINGS = (("memory_ms", "ms"), ("injected", ""), ("upstream_ms", "ms"))
 """Optional parts of the access line, set in the request's state by the handlers: time spent
 preparing memory (recall), memories injected, time until the upstream's response headers."""
+_PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 _SANE_ID = re.compile(r"\A[A-Za-z0-9._:\-]{1,128}\Z")
 
 
@@ -63,7 +64,10 @@ class RequestIdMiddleware:
 
 def _log_request(scope: Scope, state: dict[str, Any], status: int, seconds: float) -> None:
     """The access line: what was asked, by whom, how it ended and where the time went."""
-    if not logger.isEnabledFor(logging.INFO):
+    # Probes come every few seconds from orchestrators and scrapers: at DEBUG, not to drown
+    # the requests that matter.
+    level = logging.DEBUG if scope["path"] in _PROBES else logging.INFO
+    if not logger.isEnabledFor(level):
         return
     fields: dict[str, Any] = {
         "method": scope["method"],
@@ -82,7 +86,7 @@ def _log_request(scope: Scope, state: dict[str, Any], status: int, seconds: floa
         if value is not None:
             fields[name] = value
             text += f" {name.removesuffix('_ms')}={value}{unit}"
-    logger.info(text, extra={"fields": fields})
+    logger.log(level, text, extra={"fields": fields})
 
 
 def _client_id(scope: Scope) -> str | None:

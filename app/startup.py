@@ -39,7 +39,9 @@ def summary(settings: Settings, *, embedding_model: str, keys: int) -> list[str]
         f"memproxy {__version__} listening on {listen} (OpenAI base URL: {listen}/v1)",
         f"upstream: {settings.upstream_base_url} (key sent: {upstream_key})",
         f"database: {redact(settings.database_url)}",
-        f"embedding model: {embedding_model}",
+        f"embedding model: {settings.embedding_model or 'all-MiniLM-L6-v2 (bundled)'} "
+        f"(vectors {embedding_model}; int8 embeds: {settings.embedding_quantize}, "
+        f"exports in {settings.embedding_cache_dir})",
         f"manager: {manager}",
         f"client keys: {keys}" + ("" if keys else " (open server)"),
     ]

@@ -84,8 +84,7 @@ async def test_json_access_lines_carry_ids_timings_and_no_content(
         ("POST", "/v1/chat/completions", 200),
         ("POST", "/v1/chat/completions", 422),
         ("POST", "/v1/chat/completions", 400),
-        ("GET", "/healthz", 200),
-    ]
+    ]  # probes (/healthz...) are logged at DEBUG
     chat = access[1]
     assert chat["request_id"] == response.headers["x-request-id"]
     assert (chat["user"], chat["kind"], chat["injected"]) == ("ann", "chat", 1)
@@ -149,7 +148,10 @@ async def test_start_up_says_where_what_and_warns_of_an_open_server(
     text = log.getvalue()
     assert "listening on http://0.0.0.0:8123 (OpenAI base URL: http://0.0.0.0:8123/v1)" in text
     assert "upstream: http://upstream.test/v1" in text
-    assert "database: sqlite+aiosqlite:///" in text and "embedding model: fake-bow-64" in text
+    assert (
+        "database: sqlite+aiosqlite:///" in text
+        and "embedding model: all-MiniLM-L6-v2 (bundled) (vectors fake-bow-64" in text
+    )
     assert "WARNING" in text and "MEMPROXY_API_KEYS is empty" in text
     assert "upstream http://upstream.test/v1 answered: 1 model(s): llama3.2" in text
 

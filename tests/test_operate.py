@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,9 @@ from typing import Any
 import httpx
 import pytest
 import respx
+from pydantic_ai import models
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from tests.helpers import completion_json
 
@@ -99,3 +103,30 @@ async def test_upstream_latency_is_measured_by_endpoint_and_result(
     text = (await client.get("/metrics")).text
     assert 'memproxy_upstream_seconds_count{endpoint="models",result="5xx"} 1.0' in text
     assert 'memproxy_upstream_seconds_count{endpoint="other",result="unreachable"} 1.0' in text
+
+
+async def test_manager_answers_that_stay_malformed_are_counted(
+    make_client: Any, upstream: respx.Router
+) -> None:
+    models.ALLOW_MODEL_REQUESTS = False
+    calls: list[int] = []
+
+    def garbled(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(1)
+        return ModelResponse(parts=[TextPart("sure! I will remember that")])
+
+    upstream.post("/chat/completions").respond(json=completion_json("Noted."))
+    client = await make_client(
+        manager_model=FunctionModel(garbled), manager_enabled=True, manager_max_retries=1,
+        processing_interval=0, conversation_threshold=1,
+    )  # fmt: skip
+    chat = {"model": "m", "messages": [{"role": "user", "content": "Remember I like tea"}]}
+    await client.post("/v1/chat/completions", json=chat, headers={"X-User-Id": "ann"})
+    text = ""
+    for _ in range(500):
+        text = (await client.get("/metrics")).text
+        if "memproxy_manager_answers_dropped_total 1.0" in text:
+            break
+        await asyncio.sleep(0.01)
+    assert "memproxy_manager_answers_dropped_total 1.0" in text
+    assert "memproxy_manager_jobs_applied_total 1.0" in text and len(calls) == 2  # 1 + 1 retry

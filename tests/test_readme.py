@@ -1,53 +1,111 @@
-"""The README's curl and Python examples, run as written against memproxy and the fake upstream."""
+"""The README, tried as a new user would: its "Try it without a model" block run as written (the
+fake upstream in the background, then `make run`: the real `memproxy serve`, real embedding model,
+Manager on), then its curl and Python examples in order against that server, each checked for
+what the README says it does. Only ports and data paths are changed, so tests can run anywhere."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 
-from tests.servers import serve_stack
-
-README = (Path(__file__).parent.parent / "README.md").read_text()
+ROOT = Path(__file__).parent.parent
+README = (ROOT / "README.md").read_text()
 BLOCKS = re.findall(r"```(bash|python)\n(.*?)```", README, re.S)
-CURLS = [code for lang, code in BLOCKS if lang == "bash" and code.lstrip().startswith("curl")]
+BASH = [code for lang, code in BLOCKS if lang == "bash"]
+CURLS = [code for code in BASH if code.lstrip().startswith("curl")]
 CURL = [code for code in CURLS if "/v1/memories" not in code]
 MEMORY_CURL = [code for code in CURLS if "/v1/memories" in code]
 PYTHON = [code for lang, code in BLOCKS if lang == "python"]
+TRY_IT = next(code for code in BASH if "fake-upstream" in code)
 EXAMPLE_URL = "http://localhost:8000"
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 @pytest.fixture(scope="module")
-def proxy_url() -> Iterator[str]:
-    with serve_stack() as stack:
-        yield stack.proxy_url
+def proxy_url(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Iterator[str]:
+    """The README's try-it block, run by bash in the repository as written."""
+    data = tmp_path_factory.mktemp("readme")
+    fake_port, port = free_port(), free_port()
+    script = TRY_IT.replace("9000", str(fake_port))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMPROXY_")},
+        "MEMPROXY_PORT": str(port),
+        "MEMPROXY_DATABASE_URL": f"sqlite+aiosqlite:///{data}/memproxy.db",
+        "MEMPROXY_EMBEDDING_CACHE_DIR": str(model_cache),  # shared with the other model tests
+        "MEMPROXY_PROCESSING_INTERVAL": "0",
+    }
+    log = (data / "server.log").open("w")
+    process = subprocess.Popen(
+        ["bash", "-c", script], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,  # one process group: bash, make, memproxy, the fake upstream
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180  # a first export of the model takes ~20 s
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"`make run` did not become ready:\n{(data / 'server.log').read_text()}"
+                )
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(30)
+        log.close()
+    text = (data / "server.log").read_text()
+    assert "listening on http://127.0.0.1:" in text and "upstream http" in text  # start-up said so
+    assert "Hello!" not in text and "Oslo" not in text  # nothing of the conversations logged
+
+
+def run(code: str, proxy_url: str, cwd: Path = ROOT) -> str:
+    assert EXAMPLE_URL in code
+    done = subprocess.run(["bash", "-c", code.replace(EXAMPLE_URL, proxy_url)],
+                          capture_output=True, text=True, timeout=60, cwd=cwd)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_readme_has_the_examples() -> None:
     assert README.startswith("# memproxy\n\n```bash\nmake run")
-    assert len(CURL) == 3 and len(PYTHON) == 1 and len(MEMORY_CURL) == 3
+    assert "make run" in TRY_IT and "MEMPROXY_UPSTREAM_BASE_URL=http://127.0.0.1:9000/v1" in TRY_IT
+    assert len(CURL) == 3 and len(PYTHON) == 1 and len(MEMORY_CURL) == 5
 
 
 @pytest.mark.parametrize("code", CURL, ids=["chat", "stream", "models"])
 def test_curl_examples(proxy_url: str, code: str) -> None:
-    assert EXAMPLE_URL in code
-    done = subprocess.run(["bash", "-c", code.replace(EXAMPLE_URL, proxy_url)],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    out = run(code, proxy_url)
     if "/models" in code:
-        assert "fake-model" in done.stdout
+        assert "fake-model" in out
     elif '"stream": true' in code:
-        events = [line[6:] for line in done.stdout.splitlines() if line.startswith("data: ")]
+        events = [line[6:] for line in out.splitlines() if line.startswith("data: ")]
         assert events[-1] == "[DONE]"
         deltas = [orjson.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1]]
         assert "".join(deltas) == "echo: Hello!"
     else:
-        assert orjson.loads(done.stdout)["choices"][0]["message"]["content"] == "echo: Hello!"
+        assert orjson.loads(out)["choices"][0]["message"]["content"] == "echo: Hello!"
 
 
 def test_python_example(proxy_url: str) -> None:
@@ -57,20 +115,25 @@ def test_python_example(proxy_url: str) -> None:
     assert done.stdout.splitlines() == ["echo: I live in Oslo.", "echo: Tell me a story."]
 
 
-def run_curl(code: str, proxy_url: str) -> str:
-    assert EXAMPLE_URL in code
-    done = subprocess.run(["bash", "-c", code.replace(EXAMPLE_URL, proxy_url)],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def test_memory_examples_in_order(proxy_url: str) -> None:
-    """Add, search, list: each answers as the README implies (the fake embedder stands in)."""
-    add, search, listing = MEMORY_CURL
-    created = orjson.loads(run_curl(add, proxy_url))
+def test_memory_examples_in_order(proxy_url: str, tmp_path: Path) -> None:
+    """Add, search, list, export, delete: each does what the README says, with the real model."""
+    add, search, listing, export, delete = MEMORY_CURL
+    created = orjson.loads(run(add, proxy_url))
     assert created["object"] == "memory" and created["user_id"] == "alice"
-    found = orjson.loads(run_curl(search, proxy_url))["data"]
-    assert [m["id"] for m in found] == [created["id"]] and found[0]["score"] > 0
-    listed = orjson.loads(run_curl(listing, proxy_url))
-    assert [m["id"] for m in listed["data"]] == [created["id"]] and listed["total"] == 1
+    found = orjson.loads(run(search, proxy_url))["data"]
+    assert found[0]["id"] == created["id"] and found[0]["score"] >= 0.2  # above the threshold
+    listed = orjson.loads(run(listing, proxy_url))
+    assert created["id"] in [m["id"] for m in listed["data"]]
+    assert run(export, proxy_url, cwd=tmp_path) == ""  # the README sends it to a file
+    lines = (tmp_path / "alice-memories.jsonl").read_text().splitlines()
+    assert created["id"] in [orjson.loads(line)["id"] for line in lines]
+    assert orjson.loads(run(delete, proxy_url))["deleted"] >= 1
+    assert orjson.loads(run(listing, proxy_url))["data"] == []
+
+
+def test_every_setting_is_in_the_readme_tables() -> None:
+    from app.config import Settings
+
+    section = README.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(MEMPROXY_\w+)` \|", section, re.M)
+    assert sorted(rows) == sorted(f"MEMPROXY_{name.upper()}" for name in Settings.model_fields)

@@ -134,5 +134,6 @@ class Worker:
         )
         operations = await self._manager.decide(job.payload["model"], prompt)
         if operations is None:
+            self._metrics.answers_dropped.inc()
             logger.warning("job %s: the manager's answer was unusable; the job is dropped", job.id)
         return operations, aliases
