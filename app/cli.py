@@ -21,12 +21,13 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-import uvicorn
-
-from app import cli_memory
 from app.config import Settings
-from app.memory.embedder import TextEmbedder
+from app.memory.models import MemoryType
+
+if TYPE_CHECKING:
+    from app.memory.embedder import TextEmbedder
 
 
 def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = None) -> int:
@@ -47,7 +48,7 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
     ready = commands.add_parser("ready", help="check a running server's /readyz")
     ready.add_argument("--url", help="default: http://127.0.0.1:MEMPROXY_PORT/readyz")
 
-    cli_memory.add_parsers(commands)
+    _memory_parsers(commands)
 
     fake = commands.add_parser("fake-upstream", help="run a fake OpenAI-compatible upstream")
     fake.add_argument("--host", default="127.0.0.1")
@@ -62,6 +63,8 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
         if args.port:
             os.environ["MEMPROXY_PORT"] = str(args.port)
         settings = Settings()
+        import uvicorn
+
         uvicorn.run(
             "app.main:create_served_app",
             factory=True,
@@ -80,8 +83,12 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
     elif args.command == "ready":
         return _ready(args.url or f"http://127.0.0.1:{Settings().port}/readyz")
     elif args.command in ("memories", "index", "jobs"):
+        from app import cli_memory
+
         return cli_memory.run(args, embedder)
     elif args.command == "fake-upstream":
+        import uvicorn
+
         from app.devtools.fake_upstream import FakeUpstream
 
         uvicorn.run(
@@ -110,6 +117,55 @@ def _ready(url: str) -> int:
         return 1
     print(response.text)
     return 0 if response.status_code == 200 else 1
+
+
+def _memory_parsers(commands: Any) -> None:
+    """`memories`, `jobs` and `index` (run by app/cli_memory.py)."""
+    memories = commands.add_parser("memories", help="list, add, search, delete, export, import")
+    actions = memories.add_subparsers(dest="action", required=True)
+    user = argparse.ArgumentParser(add_help=False)
+    user.add_argument("--user", required=True, help="the user whose memories to act on")
+
+    listing = actions.add_parser("list", parents=[user])
+    listing.add_argument("--type", action="append", choices=[t.value for t in MemoryType])
+    listing.add_argument("--contains")
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
+
+    add = actions.add_parser("add", parents=[user])
+    add.add_argument("content")
+    add.add_argument("--type", default="fact", choices=[t.value for t in MemoryType])
+    add.add_argument("--pinned", action="store_true")
+    add.add_argument("--metadata", default="{}", help="a JSON object")
+
+    search = actions.add_parser("search", parents=[user])
+    search.add_argument("query")
+    search.add_argument("--limit", type=int, default=10)
+    search.add_argument("--min-score", type=float, help="default MEMPROXY_RELEVANCE_THRESHOLD")
+    search.add_argument("--json", action="store_true")
+
+    delete = actions.add_parser("delete", parents=[user])
+    delete.add_argument("ids", nargs="*")
+    delete.add_argument("--all", action="store_true", help="every memory of the user")
+    delete.add_argument("--yes", action="store_true", help="confirm --all")
+
+    export = actions.add_parser("export", parents=[user])
+    export.add_argument("--output", help="file to write (default: standard output)")
+
+    imports = actions.add_parser("import", parents=[user])
+    imports.add_argument("file", nargs="?", help="JSON Lines file (default: standard input)")
+
+    jobs = commands.add_parser("jobs", help="the Manager's job queue")
+    jobs.add_argument(
+        "action",
+        choices=["list", "retry"],
+        help="list: counts, failures; retry: queue failures again",
+    )
+    jobs.add_argument("--user", help="only this user's jobs")
+
+    index = commands.add_parser("index", help="search indexes")
+    index.add_argument("action", choices=["rebuild"])
+    index.add_argument("--user", help="only this user (default: every user)")
 
 
 async def _upgrade(url: str) -> None:

@@ -40,54 +40,6 @@ from app.memory.store import IdTaken, MemoryStore
 from app.schemas.memories import MemoryCreate, check_length, export_line, read_import
 
 
-def add_parsers(commands: Any) -> None:
-    memories = commands.add_parser("memories", help="list, add, search, delete, export, import")
-    actions = memories.add_subparsers(dest="action", required=True)
-    user = argparse.ArgumentParser(add_help=False)
-    user.add_argument("--user", required=True, help="the user whose memories to act on")
-
-    listing = actions.add_parser("list", parents=[user])
-    listing.add_argument("--type", action="append", choices=[t.value for t in MemoryType])
-    listing.add_argument("--contains")
-    listing.add_argument("--limit", type=int, default=100)
-    listing.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
-
-    add = actions.add_parser("add", parents=[user])
-    add.add_argument("content")
-    add.add_argument("--type", default="fact", choices=[t.value for t in MemoryType])
-    add.add_argument("--pinned", action="store_true")
-    add.add_argument("--metadata", default="{}", help="a JSON object")
-
-    search = actions.add_parser("search", parents=[user])
-    search.add_argument("query")
-    search.add_argument("--limit", type=int, default=10)
-    search.add_argument("--min-score", type=float, help="default MEMPROXY_RELEVANCE_THRESHOLD")
-    search.add_argument("--json", action="store_true")
-
-    delete = actions.add_parser("delete", parents=[user])
-    delete.add_argument("ids", nargs="*")
-    delete.add_argument("--all", action="store_true", help="every memory of the user")
-    delete.add_argument("--yes", action="store_true", help="confirm --all")
-
-    export = actions.add_parser("export", parents=[user])
-    export.add_argument("--output", help="file to write (default: standard output)")
-
-    imports = actions.add_parser("import", parents=[user])
-    imports.add_argument("file", nargs="?", help="JSON Lines file (default: standard input)")
-
-    jobs = commands.add_parser("jobs", help="the Manager's job queue")
-    jobs.add_argument(
-        "action",
-        choices=["list", "retry"],
-        help="list: counts, failures; retry: queue failures again",
-    )
-    jobs.add_argument("--user", help="only this user's jobs")
-
-    index = commands.add_parser("index", help="search indexes")
-    index.add_argument("action", choices=["rebuild"])
-    index.add_argument("--user", help="only this user (default: every user)")
-
-
 def run(args: argparse.Namespace, embedder: TextEmbedder | None = None) -> int:
     """Run a `memories` or `index` command; `embedder` replaces the model (tests)."""
     settings = Settings()

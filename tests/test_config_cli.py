@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import pytest
+import uvicorn
 from pydantic import ValidationError
 
 from app import cli
@@ -51,7 +52,7 @@ def test_every_setting_is_documented_in_env_example() -> None:
 
 def test_serve_command_runs_the_factory(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[Any, dict[str, Any]]] = []
-    monkeypatch.setattr(cli.uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
     monkeypatch.setenv("MEMPROXY_PORT", "8111")
     monkeypatch.setenv("MEMPROXY_HOST", "127.0.0.1")  # restored after the test: serve sets it
     assert cli.main(["serve", "--host", "0.0.0.0"]) == 0
