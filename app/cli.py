@@ -12,6 +12,9 @@
 ``memproxy jobs list|retry [--user U]``    the Manager's queue: counts, failures; re-queue them
 ``memproxy fake-upstream [--port P]``      run a fake OpenAI-compatible model server, for trying
                                            memproxy (and its README examples) without a real LLM
+
+Each command imports what it needs when it runs (uvicorn, the memory stack, httpx): `memproxy
+ready` is the container's health check, run every 30 s, and starts in ~0.5 s instead of ~2 s.
 """
 
 from __future__ import annotations
@@ -77,7 +80,9 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
     elif args.command == "db":
         url = Settings().database_url
         asyncio.run(_upgrade(url))
-        print(f"database at the newest schema: {url}")
+        from app.startup import redact
+
+        print(f"database at the newest schema: {redact(url)}")
     elif args.command == "model":
         return _prepare_model(Settings())
     elif args.command == "ready":

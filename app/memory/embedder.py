@@ -134,8 +134,10 @@ def _export(source: Path, target: Path, *, quantize: bool) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local files only, whatever the caller set
     import torch
     from transformers import AutoModel
+    from transformers.utils import logging as transformers_logging
 
     logger.info("exporting %s to ONNX (once)", source)
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # JSON logs
     model = AutoModel.from_pretrained(str(source)).eval()
 
     class Encoder(torch.nn.Module):
@@ -166,7 +168,16 @@ def _export(source: Path, target: Path, *, quantize: bool) -> None:
             quantize_dynamic,
         )
 
-        quantize_dynamic(str(plain), str(target.with_suffix(".tmp")), weight_type=QuantType.QInt8)
+        # It logs advice on the root logger (outside memproxy's format); nothing to act on.
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)
+        try:
+            quantize_dynamic(
+                str(plain), str(target.with_suffix(".tmp")), weight_type=QuantType.QInt8
+            )
+        finally:
+            root.setLevel(level)
         plain.unlink()
     target.with_suffix(".tmp").rename(target)  # appears whole or not at all
 
