@@ -221,6 +221,8 @@ def test_memproxy_forwards_to_the_ollama_service_and_keeps_its_models() -> None:
     assert upstream.port == 11434 and upstream.path == "/v1"  # Ollama's OpenAI-compatible API
     assert "ollama:/root/.ollama" in SERVICES["ollama"]["volumes"]
     assert SERVICES["ollama"]["healthcheck"]["test"] == ["CMD", "ollama", "list"]
+    # Long enough for the Manager's prompt (Ollama's default silently cuts it).
+    assert int(interpolated(SERVICES["ollama"]["environment"]["OLLAMA_CONTEXT_LENGTH"])) >= 8192
 
 
 def test_open_webui_talks_to_memproxy_only_and_names_its_users() -> None:
