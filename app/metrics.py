@@ -68,7 +68,6 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
-
         self.upstream_seconds = Histogram(
             "memproxy_upstream_seconds",
             "Time until the upstream's response headers (for a stream, its first token), by "
