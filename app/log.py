@@ -54,13 +54,19 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
+def memproxy_handler() -> logging.Handler | None:
+    """The handler :func:`configure_logging` gave the `memproxy` loggers, if it ran."""
+    root = logging.getLogger("memproxy")
+    return next((h for h in root.handlers if getattr(h, "_memproxy", False)), None)
+
+
 def configure_logging(level: str, log_format: str = "text") -> None:
     """Give the `memproxy` loggers one handler in `log_format` (idempotent: a second call
     replaces the format and level). In json mode uvicorn's loggers use it too."""
     formatter = JsonFormatter() if log_format == "json" else logging.Formatter(_TEXT_FORMAT)
     root = logging.getLogger("memproxy")
     root.setLevel(level.upper())
-    handler = next((h for h in root.handlers if getattr(h, "_memproxy", False)), None)
+    handler = memproxy_handler()
     if handler is None:
         handler = logging.StreamHandler()
         handler.addFilter(RequestIdFilter())

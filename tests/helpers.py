@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,6 +15,13 @@ from fastapi import FastAPI
 from app.proxy.hooks import Completion, Preparation, RequestContext
 
 UPSTREAM = "http://upstream.test/v1"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (the OS's pick, released at once)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @asynccontextmanager

@@ -17,6 +17,7 @@ from pydantic_ai import models
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from app.log import memproxy_handler
 from app.main import create_app
 from app.startup import redact
 from tests.conftest import make_settings
@@ -37,7 +38,8 @@ def log() -> Iterator[io.StringIO]:
 
 
 def capture(stream: io.StringIO, monkeypatch: pytest.MonkeyPatch) -> None:
-    handler = next(h for h in logging.getLogger("memproxy").handlers if getattr(h, "_memproxy", 0))
+    handler = memproxy_handler()
+    assert handler is not None
     monkeypatch.setattr(handler, "stream", stream)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+
+from tests.helpers import free_port
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
@@ -29,13 +30,6 @@ MEMORY_CURL = [code for code in CURLS if "/v1/memories" in code]
 PYTHON = [code for lang, code in BLOCKS if lang == "python"]
 TRY_IT = next(code for code in BASH if "fake-upstream" in code)
 EXAMPLE_URL = "http://localhost:8000"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,6 @@ timeouts -> 504, each naming the URL and the setting to change."""
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import pytest
 import respx
@@ -12,7 +10,7 @@ import respx
 from app.config import Settings
 from app.main import create_app
 from tests.fakes import FakeEmbedder
-from tests.helpers import UPSTREAM, assert_openai_error, chat_body, running
+from tests.helpers import UPSTREAM, assert_openai_error, chat_body, free_port, running
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -83,14 +81,8 @@ async def test_timeout_is_504_naming_the_setting(
     assert error["code"] == "upstream_timeout"
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_real_refused_connection_is_502_and_server_keeps_serving() -> None:
-    base = f"http://127.0.0.1:{_closed_port()}/v1"
+    base = f"http://127.0.0.1:{free_port()}/v1"
     app = create_app(
         Settings(upstream_base_url=base, manager_enabled=False), embedder=FakeEmbedder()
     )
