@@ -1,4 +1,4 @@
-"""The ``memproxy`` command.
+"""memproxy: run the memory proxy, and manage its database, embedding model and memories.
 
 ``memproxy serve [--host H] [--port P]``   run the proxy (settings from the environment and .env)
 ``memproxy db upgrade``                    bring the database schema to the newest migration
@@ -7,11 +7,19 @@
                                            build runs it so the image starts ready
 ``memproxy ready [--url U]``               exit 0 when the server's /readyz says ready, else 1
                                            (the container's health check)
-``memproxy memories list|add|search|delete|export|import --user U``   see app/cli_memory.py
+``memproxy memories list|get|stats|add|search|delete|export|import --user U``   app/cli_memory.py
 ``memproxy index rebuild [--user U]``      re-embed and check the search indexes
 ``memproxy jobs list|retry [--user U]``    the Manager's queue: counts, failures; re-queue them
 ``memproxy fake-upstream [--port P]``      run a fake OpenAI-compatible model server, for trying
                                            memproxy (and its README examples) without a real LLM
+
+Every command that opens the database takes ``--database`` (a SQLAlchemy URL or a file path; the
+default is MEMPROXY_DATABASE_URL) and says on its first line of stderr which one it opened. Only
+``serve``, ``db upgrade``, ``memories add|import`` create a missing SQLite database: the others
+exit 2 naming the path they looked at, rather than report an empty new one.
+
+A bad setting, or a database that cannot be opened, is one line each on stderr and exit status 2,
+for every command (caught in :func:`main`, nowhere else).
 
 Each command imports what it needs when it runs (uvicorn, the memory stack, httpx): `memproxy
 ready` is the container's health check, run every 30 s, and starts in ~0.5 s instead of ~2 s.
@@ -24,25 +32,154 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.exc import DBAPIError
 
 from app.config import Settings
 from app.memory.models import MemoryType
+from app.settings_errors import ConfigError, load_settings, unknown_settings
 
 if TYPE_CHECKING:
     from app.memory.embedder import TextEmbedder
 
+CREATES_DATABASE = {("db", "upgrade"), ("memories", "add"), ("memories", "import")}
+"""The commands that may create a missing SQLite database (besides `serve`); the rest only read
+one, or act on what is in it, so a missing database is a wrong path, not an empty store."""
+
 
 def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = None) -> int:
     """Run a command; `embedder` stands in for the model in the memory commands (tests)."""
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args, embedder)
+    except ConfigError as exc:
+        for line in exc.lines:
+            print(f"memproxy: {line}", file=sys.stderr)
+        _warn_unknown()  # a misspelt name may be the very cause
+        return 2
+
+
+def _dispatch(args: argparse.Namespace, embedder: TextEmbedder | None) -> int:
+    if args.command == "fake-upstream":  # reads no settings
+        import uvicorn
+
+        from app.devtools.fake_upstream import FakeUpstream
+
+        uvicorn.run(
+            FakeUpstream(), host=args.host, port=args.port, access_log=False, log_level="warning"
+        )
+        return 0
+    # The app reads its settings from the environment: put the flags there, so what it reports
+    # at start is where it really listens, and which database it really opened.
+    if getattr(args, "database", None):
+        os.environ["MEMPROXY_DATABASE_URL"] = database_url(args.database)
+    if args.command == "serve":
+        if args.host:
+            os.environ["MEMPROXY_HOST"] = args.host
+        if args.port:
+            os.environ["MEMPROXY_PORT"] = str(args.port)
+    settings = load_settings()
+    if args.command == "serve":
+        _check_database(args, settings, create=True)  # its start-up lines name the database
+        return _serve(settings)  # which logs the unknown-variable warnings, in its log format
+    if args.command not in ("db", "memories", "index", "jobs"):
+        _warn_unknown()
+        return _prepare_model(settings) if args.command == "model" else _ready(args, settings)
+    action = (args.command, getattr(args, "action", ""))
+    where = _check_database(args, settings, create=action in CREATES_DATABASE)
+    print(f"database: {where}", file=sys.stderr)
+    _warn_unknown()
+    try:
+        return _database_command(args, settings, embedder)
+    except DBAPIError as exc:  # opened, but unusable: not a SQLite file, a server refusing...
+        reason = f"cannot use the database at {where} ({_source(args)}): {exc.orig}"
+        print(f"memproxy: {reason}", file=sys.stderr)
+        return 2
+
+
+def _warn_unknown() -> None:
+    for warning in unknown_settings():
+        print(f"memproxy: warning: {warning}", file=sys.stderr)
+
+
+def _database_command(
+    args: argparse.Namespace, settings: Settings, embedder: TextEmbedder | None
+) -> int:
+    if args.command == "db":
+        asyncio.run(_upgrade(settings.database_url))
+        from app.startup import redact
+
+        print(f"database at the newest schema: {redact(settings.database_url)}")
+        return 0
+    from app import cli_memory
+
+    return cli_memory.run(args, settings, embedder)
+
+
+def database_url(value: str) -> str:
+    """`--database`: a SQLAlchemy URL as it is, a file path as a SQLite URL to its absolute path."""
+    if "://" in value:
+        return value
+    return f"sqlite+aiosqlite:///{Path(value).expanduser().absolute()}"
+
+
+def _source(args: argparse.Namespace) -> str:
+    return "--database" if getattr(args, "database", None) else "MEMPROXY_DATABASE_URL"
+
+
+def _check_database(args: argparse.Namespace, settings: Settings, *, create: bool) -> str:
+    """Fail with one line when the database cannot be opened (or, unless `create`, is missing);
+    else what to call it: the SQLite file, or the URL with its password masked."""
+    from app.memory.db import DatabaseUnavailable, check_database
+    from app.startup import redact
+
+    source = _source(args)
+    try:
+        path = check_database(settings.database_url, create=create)
+    except DatabaseUnavailable as exc:
+        if exc.missing:
+            raise ConfigError([
+                f"no memproxy database at {exc.path} ({source}); run from the folder memproxy "
+                "serves from or pass --database"
+            ]) from None  # fmt: skip
+        raise ConfigError(
+            [f"cannot open the database at {exc.path} ({source}): {exc.reason}"]
+        ) from None
+    return str(path or redact(settings.database_url))
+
+
+def _serve(settings: Settings) -> int:
+    import uvicorn
+
+    uvicorn.run(
+        "app.main:create_served_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        access_log=False,  # memproxy logs one line per request itself, with its request id
+        server_header=False,
+        log_level=settings.log_level.lower(),
+    )
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memproxy", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    database = argparse.ArgumentParser(add_help=False)
+    database.add_argument(
+        "--database",
+        metavar="URL_OR_PATH",
+        help="the database: a SQLAlchemy URL or a SQLite file (default MEMPROXY_DATABASE_URL)",
+    )
 
-    serve = commands.add_parser("serve", help="run the proxy")
+    serve = commands.add_parser("serve", help="run the proxy", parents=[database])
     serve.add_argument("--host", help="listen address (default MEMPROXY_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default MEMPROXY_PORT, 8000)")
 
-    db = commands.add_parser("db", help="database schema")
+    db = commands.add_parser("db", help="database schema", parents=[database])
     db.add_argument("action", choices=["upgrade"], help="upgrade: apply all pending migrations")
 
     model = commands.add_parser("model", help="the embedding model")
@@ -51,55 +188,12 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
     ready = commands.add_parser("ready", help="check a running server's /readyz")
     ready.add_argument("--url", help="default: http://127.0.0.1:MEMPROXY_PORT/readyz")
 
-    _memory_parsers(commands)
+    _memory_parsers(commands, database)
 
     fake = commands.add_parser("fake-upstream", help="run a fake OpenAI-compatible upstream")
-    fake.add_argument("--host", default="127.0.0.1")
-    fake.add_argument("--port", type=int, default=9000)
-
-    args = parser.parse_args(argv)
-    if args.command == "serve":
-        # The app reads its settings from the environment: put the flags there, so what it
-        # reports at start is where it really listens.
-        if args.host:
-            os.environ["MEMPROXY_HOST"] = args.host
-        if args.port:
-            os.environ["MEMPROXY_PORT"] = str(args.port)
-        settings = Settings()
-        import uvicorn
-
-        uvicorn.run(
-            "app.main:create_served_app",
-            factory=True,
-            host=settings.host,
-            port=settings.port,
-            access_log=False,  # memproxy logs one line per request itself, with its request id
-            server_header=False,
-            log_level=settings.log_level.lower(),
-        )
-    elif args.command == "db":
-        url = Settings().database_url
-        asyncio.run(_upgrade(url))
-        from app.startup import redact
-
-        print(f"database at the newest schema: {redact(url)}")
-    elif args.command == "model":
-        return _prepare_model(Settings())
-    elif args.command == "ready":
-        return _ready(args.url or f"http://127.0.0.1:{Settings().port}/readyz")
-    elif args.command in ("memories", "index", "jobs"):
-        from app import cli_memory
-
-        return cli_memory.run(args, embedder)
-    elif args.command == "fake-upstream":
-        import uvicorn
-
-        from app.devtools.fake_upstream import FakeUpstream
-
-        uvicorn.run(
-            FakeUpstream(), host=args.host, port=args.port, access_log=False, log_level="warning"
-        )
-    return 0
+    fake.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    fake.add_argument("--port", type=int, default=9000, help="listen port (default 9000)")
+    return parser
 
 
 def _prepare_model(settings: Settings) -> int:
@@ -112,9 +206,10 @@ def _prepare_model(settings: Settings) -> int:
     return 0
 
 
-def _ready(url: str) -> int:
+def _ready(args: argparse.Namespace, settings: Settings) -> int:
     import httpx
 
+    url = args.url or f"http://127.0.0.1:{settings.port}/readyz"
     try:
         response = httpx.get(url, timeout=5.0, trust_env=False)
     except httpx.HTTPError as exc:
@@ -124,11 +219,13 @@ def _ready(url: str) -> int:
     return 0 if response.status_code == 200 else 1
 
 
-def _memory_parsers(commands: Any) -> None:
+def _memory_parsers(commands: Any, database: argparse.ArgumentParser) -> None:
     """`memories`, `jobs` and `index` (run by app/cli_memory.py)."""
-    memories = commands.add_parser("memories", help="list, add, search, delete, export, import")
+    memories = commands.add_parser(
+        "memories", help="list, get, stats, add, search, delete, export, import"
+    )
     actions = memories.add_subparsers(dest="action", required=True)
-    user = argparse.ArgumentParser(add_help=False)
+    user = argparse.ArgumentParser(add_help=False, parents=[database])
     user.add_argument("--user", required=True, help="the user whose memories to act on")
 
     listing = actions.add_parser("list", parents=[user])
@@ -136,6 +233,11 @@ def _memory_parsers(commands: Any) -> None:
     listing.add_argument("--contains")
     listing.add_argument("--limit", type=int, default=100)
     listing.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
+
+    get = actions.add_parser("get", parents=[user], help="one memory, as a JSON line")
+    get.add_argument("id")
+
+    actions.add_parser("stats", parents=[user], help="counts by type, pinned, recalls, dates")
 
     add = actions.add_parser("add", parents=[user])
     add.add_argument("content")
@@ -160,7 +262,7 @@ def _memory_parsers(commands: Any) -> None:
     imports = actions.add_parser("import", parents=[user])
     imports.add_argument("file", nargs="?", help="JSON Lines file (default: standard input)")
 
-    jobs = commands.add_parser("jobs", help="the Manager's job queue")
+    jobs = commands.add_parser("jobs", help="the Manager's job queue", parents=[database])
     jobs.add_argument(
         "action",
         choices=["list", "retry"],
@@ -168,7 +270,7 @@ def _memory_parsers(commands: Any) -> None:
     )
     jobs.add_argument("--user", help="only this user's jobs")
 
-    index = commands.add_parser("index", help="search indexes")
+    index = commands.add_parser("index", help="search indexes", parents=[database])
     index.add_argument("action", choices=["rebuild"])
     index.add_argument("--user", help="only this user (default: every user)")
 

@@ -2,6 +2,8 @@
 on the database (same service, same validation, same limits as the HTTP API).
 
     memproxy memories list   --user U [--type T] [--contains TEXT] [--limit N] [--json]
+    memproxy memories get    --user U ID                      (one JSON line)
+    memproxy memories stats  --user U                         (counts, as JSON)
     memproxy memories add    --user U "content" [--type T] [--pinned] [--metadata JSON]
     memproxy memories search --user U "query" [--limit N] [--min-score S] [--json]
     memproxy memories delete --user U ID [ID ...] | --all --yes
@@ -11,6 +13,9 @@ on the database (same service, same validation, same limits as the HTTP API).
                                         and check every user's index builds (with progress)
     memproxy jobs list|retry [--user U] the Manager's queue: counts and failures; re-queue them
 
+Every one takes ``--database``. Only the commands that embed (add, search, import, index) load
+the model: the others read the database alone, and start at once.
+
 Exit status: 0 done, 1 nothing found (get/delete of unknown ids), 2 bad input.
 """
 
@@ -19,9 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import numpy as np
 import orjson
 from pydantic import ValidationError
 from rich.console import Console
@@ -39,10 +45,11 @@ from app.memory.service import MemoryService
 from app.memory.store import IdTaken, MemoryStore
 from app.schemas.memories import MemoryCreate, check_length, export_line, read_import
 
+NEEDS_MODEL = {"add", "search", "import", "index"}
 
-def run(args: argparse.Namespace, embedder: TextEmbedder | None = None) -> int:
-    """Run a `memories` or `index` command; `embedder` replaces the model (tests)."""
-    settings = Settings()
+
+def run(args: argparse.Namespace, settings: Settings, embedder: TextEmbedder | None = None) -> int:
+    """Run a `memories`, `index` or `jobs` command; `embedder` replaces the model (tests)."""
     console = Console(stderr=True)
     try:
         return asyncio.run(_run(args, settings, embedder, console))
@@ -57,16 +64,42 @@ async def _run(
     engine = create_engine(
         settings.database_url, busy_timeout_seconds=settings.sqlite_busy_timeout_seconds
     )
-    await upgrade(engine)
-    model = embedder if embedder is not None else await asyncio.to_thread(load_embedder, settings)
-    memory = MemoryService(MemoryStore(engine), model, dense_weight=settings.dense_weight)
+    name = args.action if args.command == "memories" else args.command
+    model: TextEmbedder = _NoModel()
     try:
-        handler = _HANDLERS[args.action if args.command == "memories" else args.command]
-        return await handler(memory, settings, args, console)
+        await upgrade(engine)
+        if embedder is not None:
+            model = embedder
+        elif name in NEEDS_MODEL:
+            model = await asyncio.to_thread(load_embedder, settings)
+        memory = MemoryService(MemoryStore(engine), model, dense_weight=settings.dense_weight)
+        return await _HANDLERS[name](memory, settings, args, console)
     finally:
         await engine.dispose()
         if embedder is None:
             model.close()
+
+
+class _NoModel:
+    """The embedder of commands that only read: they never embed, so the model is not loaded
+    (which may mean exporting it, in a folder with no export yet)."""
+
+    model_name = "-"
+    dim = 0
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        raise AssertionError("this command does not embed")
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        raise AssertionError("this command does not embed")
+
+    def close(self) -> None:
+        pass
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """`1 memory`, `2 memories`, `0 users`."""
+    return f"{count} {word if count == 1 else (words or word + 's')}"
 
 
 async def _list(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
@@ -77,10 +110,31 @@ async def _list(memory: MemoryService, settings: Settings, args: Any, console: C
     if args.json:
         sys.stdout.buffer.write(b"".join(export_line(r) for r in records))
         return 0
-    table = Table("id", "type", "created", "content", title=f"{total} memories of {args.user}")
+    table = Table(
+        "id",
+        "type",
+        "created",
+        "content",
+        title=f"{plural(total, 'memory', 'memories')} of {args.user}",
+    )
     for r in records:
         table.add_row(r.id, r.type, r.created_at.date().isoformat(), r.content)
     Console().print(table)
+    return 0
+
+
+async def _get(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
+    record = await memory.get(args.user, args.id)
+    if record is None:
+        console.print(f"no memory {args.id} of {args.user}")
+        return 1
+    sys.stdout.buffer.write(export_line(record))
+    return 0
+
+
+async def _stats(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
+    stats = await memory.store.stats(args.user)  # the server's index cache is not this process's
+    print(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode())
     return 0
 
 
@@ -120,7 +174,8 @@ async def _delete(memory: MemoryService, settings: Settings, args: Any, console:
     if args.all:
         if not args.yes or args.ids:
             raise ValueError("--all deletes every memory of the user: add --yes (and no ids)")
-        console.print(f"deleted {await memory.delete_all(args.user)} memories of {args.user}")
+        deleted = await memory.delete_all(args.user)
+        console.print(f"deleted {plural(deleted, 'memory', 'memories')} of {args.user}")
         return 0
     if not args.ids:
         raise ValueError("name the ids to delete, or --all --yes")
@@ -139,7 +194,7 @@ async def _export(memory: MemoryService, settings: Settings, args: Any, console:
     finally:
         if args.output:
             out.close()
-    console.print(f"exported {count} memories of {args.user}")
+    console.print(f"exported {plural(count, 'memory', 'memories')} of {args.user}")
     return 0
 
 
@@ -168,15 +223,16 @@ async def _rebuild(memory: MemoryService, settings: Settings, args: Any, console
             memory.cache.forget(user_id)
             if len(entry) != count:
                 console.print(f"[yellow]{user_id}: {len(entry)} indexed of {count}[/yellow]")
-    console.print(f"indexed {sum(n for _, n in users)} memories of {len(users)} users "
-                  f"with {memory.embedder.model_name}")  # fmt: skip
+    indexed = plural(sum(n for _, n in users), "memory", "memories")
+    console.print(f"indexed {indexed} of {plural(len(users), 'user')} with "
+                  f"{memory.embedder.model_name}")  # fmt: skip
     return 0
 
 
 async def _jobs(memory: MemoryService, settings: Settings, args: Any, console: Console) -> int:
     queue = JobQueue(memory.store.sessions)
     if args.action == "retry":
-        console.print(f"queued again: {await queue.retry_failed(args.user)} failed job(s)")
+        console.print(f"queued again: {plural(await queue.retry_failed(args.user), 'failed job')}")
         return 0
     counts = await queue.counts(args.user)
     print(" ".join(f"{status} {n}" for status, n in counts.items()))
@@ -187,6 +243,8 @@ async def _jobs(memory: MemoryService, settings: Settings, args: Any, console: C
 
 _HANDLERS: dict[str, Callable[[MemoryService, Settings, Any, Console], Awaitable[int]]] = {
     "list": _list,
+    "get": _get,
+    "stats": _stats,
     "add": _add,
     "search": _search,
     "delete": _delete,

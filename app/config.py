@@ -89,7 +89,8 @@ class Settings(BaseSettings):
     recall_limit: int = Field(default=8, ge=0, le=100)
     """Most memories injected into one chat request (0 turns injection off)."""
     memory_token_budget: int = Field(default=600, ge=0)
-    """Most tokens (estimated at 4 characters each) the injected memory block may take."""
+    """Most tokens (estimated at 4 characters each) the injected memories may take; the block's
+    fixed one-sentence header (~45 tokens) comes on top."""
     recall_timeout_seconds: float = Field(default=2.0, gt=0)
     """Longest a chat waits for recall; past it the chat goes on without memories."""
     index_cache_max_memories: int = Field(default=300_000, ge=1)
@@ -146,6 +147,9 @@ class Settings(BaseSettings):
     """Headers naming the user, in order of precedence (Open WebUI's forwarded header first)."""
     task_header: str = "X-OpenWebUI-Task"
     """Header whose non-empty value marks an Open WebUI background task (title, tags...)."""
+    openwebui_jwt_secret: SecretStr | None = None
+    """Open WebUI's FORWARD_USER_INFO_HEADER_JWT_SECRET: the user then comes only from its signed
+    X-OpenWebUI-User-Jwt; plain user headers are refused (401). Empty: unsigned headers."""
 
     @field_validator("api_keys", "admin_keys", "user_id_headers", mode="before")
     @classmethod
@@ -153,6 +157,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError("expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return value.upper()
 
     @field_validator("upstream_base_url")
     @classmethod

@@ -23,7 +23,13 @@ from app.memory.service import MemoryService
 from app.memory.store import MemoryStore
 from app.metrics import Metrics
 from app.proxy.hooks import BackgroundRunner
-from app.proxy.identity import Authenticator, bearer_token, clean_user_id, resolve_user
+from app.proxy.identity import (
+    Authenticator,
+    bearer_token,
+    clean_user_id,
+    resolve_user,
+    token_secret,
+)
 from app.proxy.models_cache import ModelsCache
 from app.proxy.service import ChatProxy
 from app.proxy.upstream import Upstream
@@ -109,6 +115,7 @@ async def get_memory_caller(
             None,
             key,
             require_user=settings.require_user,
+            jwt_secret=token_secret(settings),
         )
     request.state.user_id = user_id  # for the access log line
     return MemoryCaller(services.memory, services.settings, user_id)

@@ -17,13 +17,16 @@ Exception tree (each class fixes its HTTP status, `type` and default `code`)::
         ├── UpstreamTimeout            504   code=upstream_timeout
         └── UpstreamStatusError        the upstream's own status, its error body normalised
 
-Every response body is ``{"error": {"message", "type", "param", "code"}}``; nothing reaches the
-client as a bare 500 traceback: unexpected exceptions are logged and answered in the same shape.
+Every response body is ``{"error": {"message", "type", "param", "code"}}``, its ``code`` a string
+or null (as OpenAI's SDKs expect; an upstream's integer code is turned into a string); nothing
+reaches the client as a bare 500 traceback: unexpected exceptions are logged and answered in the
+same shape.
 """
 
 from __future__ import annotations
 
 import logging
+from http import HTTPStatus
 from typing import Any, ClassVar
 
 import orjson
@@ -36,10 +39,18 @@ logger = logging.getLogger("memproxy.errors")
 
 
 def error_body(
-    message: str, type_: str, *, param: str | None = None, code: str | int | None = None
+    message: str, type_: str, *, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
     """The OpenAI error object: `{"error": {"message", "type", "param", "code"}}`."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def status_code_name(status: int) -> str | None:
+    """An HTTP status as an error `code`: 404 -> ``not_found``, 429 -> ``too_many_requests``."""
+    try:
+        return HTTPStatus(status).name.lower()
+    except ValueError:
+        return None
 
 
 class MemproxyError(Exception):
@@ -158,15 +169,16 @@ def normalise_upstream_error(status: int, body: bytes) -> dict[str, Any]:
             fixed.setdefault("message", f"upstream returned HTTP {status}")
             fixed.setdefault("type", type_)
             fixed.setdefault("param", None)
-            fixed.setdefault("code", None)
+            code = fixed.get("code")  # vLLM sends its status as an integer code: made a string
+            fixed["code"] = code if code is None or isinstance(code, str) else str(code)
             return {**parsed, "error": fixed}
         if isinstance(err, str):
-            return error_body(err, type_, code=status)
+            return error_body(err, type_, code=status_code_name(status))
         if isinstance(parsed.get("detail"), str):  # FastAPI-style servers
-            return error_body(parsed["detail"], type_, code=status)
+            return error_body(parsed["detail"], type_, code=status_code_name(status))
     text = body.decode("utf-8", "replace").strip()[:500]
     message = f"upstream returned HTTP {status}" + (f": {text}" if text else "")
-    return error_body(message, type_, code=status)
+    return error_body(message, type_, code=status_code_name(status))
 
 
 def json_response(
@@ -191,7 +203,7 @@ def install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         if exc.status_code == 404:
             message = f"no route for {request.method} {request.url.path}"
-        body = error_body(message, type_, code=exc.status_code)
+        body = error_body(message, type_, code=status_code_name(exc.status_code))
         return json_response(exc.status_code, body, dict(exc.headers or {}))
 
     async def on_validation_error(request: Request, exc: Exception) -> Response:

@@ -8,7 +8,9 @@ Two formats (``MEMPROXY_LOG_FORMAT``): ``text``, one readable line per record, a
 JSON object per line for log shippers, with ``time``, ``level``, ``logger``, ``request_id``,
 ``message`` and the record's structured fields (a record logged with ``extra={"fields": {...}}``
 has them as top-level keys: the access line's ``status``, ``duration_ms``, ``user``...). In json
-mode uvicorn's own lines go through the same formatter, so every line parses.
+mode uvicorn's own lines, Python warnings (``warnings.warn``, routed through logging as the
+``py.warnings`` logger in both formats) and any other library's log records (the root logger)
+go through the same formatter, so every line parses.
 
 What is never logged at INFO or above: message content, memory texts, keys. DEBUG adds the
 memories injected into each chat (their texts), for diagnosing recall on a private machine.
@@ -20,6 +22,7 @@ import logging
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -62,7 +65,8 @@ def memproxy_handler() -> logging.Handler | None:
 
 def configure_logging(level: str, log_format: str = "text") -> None:
     """Give the `memproxy` loggers one handler in `log_format` (idempotent: a second call
-    replaces the format and level). In json mode uvicorn's loggers use it too."""
+    replaces the format and level). Python warnings are logged through it in both formats; in
+    json mode uvicorn's loggers and the root logger use it too, so no line is raw text."""
     formatter = JsonFormatter() if log_format == "json" else logging.Formatter(_TEXT_FORMAT)
     root = logging.getLogger("memproxy")
     root.setLevel(level.upper())
@@ -74,8 +78,33 @@ def configure_logging(level: str, log_format: str = "text") -> None:
         root.addHandler(handler)
     handler.setFormatter(formatter)
     root.propagate = False
+    # Re-armed on every call: whoever swapped `warnings.showwarning` since (a test runner's
+    # catch_warnings) would otherwise keep warnings out of the log, written raw to stderr.
+    logging.captureWarnings(False)
+    logging.captureWarnings(True)
+    py_warnings = logging.getLogger("py.warnings")
+    py_warnings.handlers = [handler]
+    py_warnings.propagate = False
+    # Libraries that log without a handler of their own (the embedder's, alembic's) reach the
+    # root logger; with none there, Python's last-resort handler writes them raw to stderr.
+    top = logging.getLogger()
+    if handler in top.handlers:
+        top.removeHandler(handler)
     if log_format == "json":
+        top.addHandler(handler)
         for name in _UVICORN_LOGGERS:
             uvicorn_logger = logging.getLogger(name)
             uvicorn_logger.handlers = [handler]
             uvicorn_logger.propagate = False
+
+
+def mask_url(url: str) -> str:
+    """`url` fit for a log line or an error message: a password in it is replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rsplit("@", 1)[1]
+        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    except ValueError:  # not a URL urllib parses (a bad port): show its scheme only
+        return url.split(":", 1)[0] + ":..."

@@ -28,7 +28,7 @@ from app.memory.embedder import TextEmbedder, load_embedder
 from app.memory.hooks import ChatMemory
 from app.memory.index import configure_threads
 from app.memory.jobs import JobQueue
-from app.memory.manager import Manager
+from app.memory.manager import Manager, build_http_client
 from app.memory.service import MemoryService
 from app.memory.store import MemoryStore
 from app.memory.worker import Worker
@@ -39,6 +39,7 @@ from app.proxy.identity import Authenticator
 from app.proxy.models_cache import ModelsCache
 from app.proxy.service import ChatProxy
 from app.proxy.upstream import Upstream, build_client, build_transport
+from app.settings_errors import settings_or_exit, unknown_settings
 
 SHUTDOWN_GRACE_SECONDS = 10.0
 """How long shutdown waits for after-response work before cancelling it."""
@@ -55,8 +56,12 @@ def create_app(
     """Build the app. Tests inject `upstream_transport` (respx), `hooks` (recording fakes, in
     place of memory recall), `embedder` (a deterministic fake, in place of the model) and
     `manager_model` (a PydanticAI FunctionModel, in place of the Manager's LLM)."""
-    settings = settings if settings is not None else Settings()
+    from_environment = settings is None
+    settings = settings if settings is not None else settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)
+    if from_environment:  # a misspelt MEMPROXY_ variable is otherwise silently ignored
+        for warning in unknown_settings():
+            startup.logger.warning("%s", warning)
     authenticator = Authenticator(settings.parsed_api_keys)
     metrics = Metrics()  # here, not in the lifespan: the middleware counts requests into it
 
@@ -84,9 +89,7 @@ def create_app(
             cache_max_memories=settings.index_cache_max_memories,
         )
         queue = JobQueue(store.sessions, limit=settings.manager_queue_limit)
-        manager_http = httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.manager_timeout_seconds, connect=10.0)
-        )
+        manager_http = build_http_client(settings)
         worker = None
         if settings.manager_enabled:
             manager = Manager(settings, http_client=manager_http, model=manager_model)

@@ -15,6 +15,8 @@ from sqlalchemy.engine import make_url
 from app import __version__
 from app.config import Settings
 from app.errors import MemproxyError, UpstreamStatusError
+from app.log import mask_url
+from app.proxy.identity import token_secret
 from app.proxy.upstream import Upstream
 
 logger = logging.getLogger("memproxy")
@@ -23,7 +25,7 @@ CHECK_TIMEOUT_SECONDS = 5.0
 
 
 def summary(settings: Settings, *, embedding_model: str, keys: int) -> list[str]:
-    """The start-up lines (no secrets: the database password and every key are left out)."""
+    """The start-up lines (no secrets: passwords in URLs and every key are left out)."""
     listen = f"http://{settings.host}:{settings.port}"
     if settings.upstream_api_key is not None:
         upstream_key = "MEMPROXY_UPSTREAM_API_KEY"
@@ -31,13 +33,13 @@ def summary(settings: Settings, *, embedding_model: str, keys: int) -> list[str]
         upstream_key = "the client's own" if keys == 0 else "none"
     if settings.manager_enabled:
         model = settings.manager_model or "the chat's own model"
-        where = settings.manager_base_url or "the upstream"
+        where = mask_url(settings.manager_base_url) or "the upstream"
         manager = f"on ({model} at {where}, {settings.manager_provider} style)"
     else:
         manager = "off (memories come from the API only)"
     return [
         f"memproxy {__version__} listening on {listen} (OpenAI base URL: {listen}/v1)",
-        f"upstream: {settings.upstream_base_url} (key sent: {upstream_key})",
+        f"upstream: {mask_url(settings.upstream_base_url)} (key sent: {upstream_key})",
         f"database: {redact(settings.database_url)}",
         f"embedding model: {settings.embedding_model or 'all-MiniLM-L6-v2 (bundled)'} "
         f"(vectors {embedding_model}; int8 embeds: {settings.embedding_quantize}, "
@@ -60,9 +62,12 @@ def report(settings: Settings, *, embedding_model: str, keys: int) -> None:
     for line in summary(settings, embedding_model=embedding_model, keys=keys):
         logger.info("%s", line)
     if keys == 0:
+        # With the secret set, only Open WebUI's signed token can name a user.
+        who = "" if token_secret(settings) else " and name any user"
         logger.warning(
-            "MEMPROXY_API_KEYS is empty: anyone who can reach this server can use it and name "
-            "any user; set keys before exposing it beyond this machine"
+            "MEMPROXY_API_KEYS is empty: anyone who can reach this server can use it%s; set "
+            "keys before exposing it beyond this machine",
+            who,
         )
 
 
@@ -84,13 +89,13 @@ async def check_upstream(upstream: Upstream) -> bool:
             logger.warning(
                 "upstream %s refused the model list (%d): set MEMPROXY_UPSTREAM_API_KEY, or "
                 "have clients send a key it accepts",
-                upstream.base_url,
+                upstream.shown_url,
                 exc.upstream_status,
             )
         else:
             logger.warning(
                 "upstream %s answered %d to GET /models; chats may fail until it is fixed",
-                upstream.base_url,
+                upstream.shown_url,
                 exc.upstream_status,
             )
         return False
@@ -101,7 +106,7 @@ async def check_upstream(upstream: Upstream) -> bool:
             exc,
         )
         return False
-    logger.info("upstream %s answered: %s", upstream.base_url, _models(body))
+    logger.info("upstream %s answered: %s", upstream.shown_url, _models(body))
     return True
 
 

@@ -79,6 +79,7 @@ def assert_openai_error(
     error = body["error"]
     assert set(error) >= {"message", "type", "param", "code"}, error
     assert isinstance(error["message"], str) and error["message"]
+    assert error["code"] is None or isinstance(error["code"], str), error  # as OpenAI's SDKs expect
     if param != "*":
         assert error["param"] == param, error
     return dict(error)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 import uvicorn
 from pydantic import ValidationError
 
-from app import cli
+from app import cli, settings_errors
 from app.config import ApiKey, Settings
+from app.main import create_app
 
 
 def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,3 +75,81 @@ def test_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["--help"])
     out = capsys.readouterr().out
     assert "serve" in out and "fake-upstream" in out
+
+
+def test_help_reads_plainly(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and "memproxy: run the memory proxy" in out
+    with pytest.raises(SystemExit):
+        cli.main(["fake-upstream", "--help"])
+    assert "listen port (default 9000)" in capsys.readouterr().out
+
+
+def test_keys_are_never_echoed_in_a_bad_setting() -> None:
+    with pytest.raises(ValidationError) as raised:
+        Settings(manager_api_key=12345678, port="x")  # type: ignore[arg-type]
+    lines = settings_errors.describe(raised.value)
+    assert lines == [
+        "MEMPROXY_PORT is 'x': expected an integer between 1 and 65535",
+        "MEMPROXY_MANAGER_API_KEY is '***' (hidden): Input should be a valid string",
+    ]
+
+
+def test_create_app_from_the_environment_warns_of_misspellings_and_exits_on_bad_values(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    memproxy_logger = logging.getLogger("memproxy")
+    memproxy_logger.addHandler(handler)
+    try:
+        monkeypatch.setenv("MEMPROXY_MANAGER_ENABLD", "false")
+        create_app()
+        create_app(Settings())  # settings given: the environment is not the app's to judge
+    finally:
+        memproxy_logger.removeHandler(handler)
+    assert [(r.levelname, r.getMessage()) for r in records] == [
+        (
+            "WARNING",
+            "MEMPROXY_MANAGER_ENABLD (in the environment) is not a memproxy setting and is "
+            "ignored; did you mean MEMPROXY_MANAGER_ENABLED?",
+        )
+    ]
+    # `uvicorn --factory app.main:create_app` would print a traceback: the lines and status 2.
+    monkeypatch.setenv("MEMPROXY_DENSE_WEIGHT", "heavy")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        create_app()
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "memproxy: MEMPROXY_DENSE_WEIGHT is 'heavy': expected a number between 0 and 1",
+        "memproxy: warning: MEMPROXY_MANAGER_ENABLD (in the environment) is not a memproxy "
+        "setting and is ignored; did you mean MEMPROXY_MANAGER_ENABLED?",
+    ]
+
+
+def test_first_start_says_one_line_per_model_export(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`make run` printed the same "exporting ... (once)" twice: fp32 and int8 are two exports."""
+    from app.memory import embedder
+
+    monkeypatch.setattr(embedder, "_export", lambda source, target, quantize: target.touch())
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    embedder.logger.addHandler(handler)
+    embedder.logger.setLevel(logging.INFO)
+    try:
+        for _ in range(2):  # the second time, both files are there: nothing is said
+            for quantize in (False, True):
+                embedder.prepare(embedder.bundled_model_path(), str(tmp_path), quantize=quantize)
+    finally:
+        embedder.logger.removeHandler(handler)
+        embedder.logger.setLevel(logging.NOTSET)
+    messages = [r.getMessage() for r in records]
+    assert len(messages) == 2 and len(set(messages)) == 2
+    assert "fp32 (once)" in messages[0] and "int8 (once)" in messages[1]

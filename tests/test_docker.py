@@ -255,6 +255,17 @@ def test_every_named_volume_is_declared_and_every_variable_documented() -> None:
         assert f"# {name}=" in ENV_EXAMPLE, name
 
 
+def test_every_compose_variable_has_a_readme_row_with_the_files_default() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    defaults = dict(re.findall(r"\$\{(\w+):-([^}]*)\}", text))
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]*) \|", (ROOT / "README.md").read_text(), re.M))
+    for name, default in defaults.items():
+        assert name in rows, f"README has no settings row for {name}"
+        shown = "*(empty)*" if default == "" else f"`{default}`"
+        assert rows[name].strip() == shown, (name, rows[name])
+        assert f"# {name}={default}\n" in ENV_EXAMPLE, name
+
+
 # --- the commands the image runs -----------------------------------------------------------------
 
 

@@ -41,8 +41,8 @@ FACTS = [
 
 
 @pytest.fixture(autouse=True)
-def _no_real_models() -> Iterator[None]:
-    models.ALLOW_MODEL_REQUESTS = False
+def _no_real_models(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", False)  # restored after the test
     yield
 
 

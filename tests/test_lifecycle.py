@@ -104,6 +104,21 @@ async def test_open_server_warning_at_start(memproxy_records) -> None:
         assert warned is expect_warning
 
 
+async def test_with_signed_users_the_open_server_warning_says_users_cannot_be_named(
+    memproxy_records,
+) -> None:
+    for secret, names in ((None, True), ("s3cret-of-32-bytes-at-the-least!", False)):
+        memproxy_records.clear()
+        settings = Settings(openwebui_jwt_secret=secret, manager_enabled=False)
+        app = create_app(settings, embedder=FakeEmbedder())
+        async with app.router.lifespan_context(app):
+            pass
+        (warning,) = [
+            r.getMessage() for r in memproxy_records if "MEMPROXY_API_KEYS" in r.getMessage()
+        ]
+        assert ("name any user" in warning) is names
+
+
 async def test_unresolvable_upstream_host_is_502() -> None:
     base = "http://upstream.invalid:8080/v1"  # .invalid never resolves (RFC 2606)
     app = create_app(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import Iterator
+import warnings
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -17,12 +18,14 @@ from pydantic_ai import models
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from app.config import Settings
 from app.log import memproxy_handler
 from app.main import create_app
+from app.proxy.hooks import RequestContext
 from app.startup import redact
 from tests.conftest import make_settings
 from tests.fakes import FakeEmbedder
-from tests.helpers import completion_json, running
+from tests.helpers import RecordingHooks, chat_body, completion_json, free_port, running, sse
 
 SECRET = "BLUEBERRY-TANGO-42"
 """A word that appears only in message content: no log line at INFO may contain it."""
@@ -111,7 +114,7 @@ async def test_debug_shows_the_injected_memories(
 async def test_manager_lines_at_info_carry_no_content(
     upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    models.ALLOW_MODEL_REQUESTS = False
+    monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", False)
     applied: list[str] = []
 
     def manager(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -199,4 +202,143 @@ def test_database_passwords_are_never_shown() -> None:
     assert "hunter2" not in shown and shown.startswith("postgresql+asyncpg://memproxy:***@db")
     assert (
         redact("sqlite+aiosqlite:///./data/memproxy.db") == "sqlite+aiosqlite:///./data/memproxy.db"
+    )
+
+
+async def test_json_mode_logs_warnings_and_library_lines_as_json(
+    upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `warnings.warn` (a deprecation in a library, say) and a library's own log record, both
+    emitted while a chat is handled: in json mode they are JSON lines like every other."""
+
+    def prepare(ctx: RequestContext) -> None:
+        warnings.warn("an old API was used", UserWarning, stacklevel=1)
+        logging.getLogger("some.library").warning("a library speaks up")
+
+    upstream.post("/chat/completions").respond(json=completion_json())
+    app = create_app(
+        make_settings(log_format="json"),
+        upstream_transport=httpx.MockTransport(upstream.async_handler),
+        hooks=RecordingHooks(prepare),
+        embedder=FakeEmbedder(),
+    )
+    capture(log, monkeypatch)
+    async with running(app) as client:
+        response = await client.post("/v1/chat/completions", json=chat_body())
+        assert response.status_code == 200
+    lines = [orjson.loads(line) for line in log.getvalue().splitlines()]  # every line is JSON
+    (warned,) = [line for line in lines if line["logger"] == "py.warnings"]
+    assert warned["level"] == "WARNING" and "UserWarning: an old API was used" in warned["message"]
+    assert warned["request_id"] == response.headers["x-request-id"]
+    (library,) = [line for line in lines if line["logger"] == "some.library"]
+    assert library["message"] == "a library speaks up"
+
+
+def upstream_warnings(log: io.StringIO) -> list[str]:
+    return [line for line in log.getvalue().splitlines() if " WARNING memproxy.upstream " in line]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_chat_answered_502_is_one_warning_naming_the_upstream(
+    log: io.StringIO, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    """A closed loopback port; the password in the upstream URL is masked."""
+    port = free_port()
+    app = create_app(
+        Settings(
+            upstream_base_url=f"http://proxyuser:hunter2@127.0.0.1:{port}/v1",
+            manager_enabled=False,
+        ),
+        embedder=FakeEmbedder(),
+    )
+    capture(log, monkeypatch)
+    async with running(app) as client:
+        response = await client.post("/v1/chat/completions", json=chat_body(stream=stream))
+    assert response.status_code == 502
+    (line,) = upstream_warnings(log)
+    url = f"http://proxyuser:***@127.0.0.1:{port}/v1/chat/completions"
+    assert f"upstream POST {url} failed: unreachable (answered 502)" in line
+    assert "hunter2" not in log.getvalue()
+
+
+async def test_a_chat_answered_504_is_one_warning_naming_the_upstream(
+    log: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loopback server that accepts and never answers, and a tiny read timeout."""
+    opened: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        opened.append(writer)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    app = create_app(
+        Settings(
+            upstream_base_url=f"http://127.0.0.1:{port}/v1",
+            upstream_read_timeout_seconds=0.2,
+            manager_enabled=False,
+            upstream_check_at_start=False,  # its GET /models would wait out its own timeout
+        ),
+        embedder=FakeEmbedder(),
+    )
+    capture(log, monkeypatch)
+    try:
+        async with running(app) as client:
+            response = await client.post("/v1/chat/completions", json=chat_body())
+    finally:
+        for writer in opened:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert response.status_code == 504
+    (line,) = upstream_warnings(log)
+    assert (
+        f"upstream POST http://127.0.0.1:{port}/v1/chat/completions failed: timeout (answered 504)"
+        in line
+    )
+
+
+async def test_an_upstream_5xx_is_a_warning_and_a_4xx_is_not(
+    upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    route = upstream.post("/chat/completions")
+    app = build(upstream, log_format="json")
+    capture(log, monkeypatch)
+    async with running(app) as client:
+        route.respond(503, json={"error": "model is loading"})
+        assert (await client.post("/v1/chat/completions", json=chat_body())).status_code == 503
+        route.respond(404, json={"error": "model 'llama9' not found"})
+        assert (await client.post("/v1/chat/completions", json=chat_body())).status_code == 404
+    lines = [orjson.loads(line) for line in log.getvalue().splitlines()]
+    (warned,) = [line for line in lines if line["logger"] == "memproxy.upstream"]
+    assert warned["level"] == "WARNING" and "model is loading" in warned["message"]
+    assert (warned["upstream_url"], warned["status"], warned["cause"]) == (
+        "http://upstream.test/v1/chat/completions",
+        503,
+        "upstream status 503",
+    )
+
+
+class BreaksOff(httpx.AsyncByteStream):
+    """An SSE body that stops with a network error after its first event."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield sse({"role": "assistant", "content": "Hel"}, done=False)
+        raise httpx.ReadError("connection reset")
+
+
+async def test_a_stream_broken_off_mid_body_is_one_warning(
+    upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    headers = {"content-type": "text/event-stream"}
+    upstream.post("/chat/completions").respond(200, headers=headers, stream=BreaksOff())
+    app = build(upstream)
+    capture(log, monkeypatch)
+    async with running(app) as client:
+        response = await client.post("/v1/chat/completions", json=chat_body(stream=True))
+        assert response.status_code == 200 and b"upstream_disconnected" in response.content
+    (line,) = upstream_warnings(log)
+    assert (
+        "upstream POST http://upstream.test/v1/chat/completions failed: broken off mid-body "
+        "(answered 200): ReadError: connection reset" in line
     )

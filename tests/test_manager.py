@@ -1,14 +1,18 @@
 """The Manager agent: what it is shown (asserted on the prompt a FunctionModel receives), what it
-answers, retries of malformed answers, and the OpenAI / Ollama wiring against respx."""
+answers, retries of malformed answers, the OpenAI / Ollama wiring against an httpx2 mock transport
+(the client pydantic-ai's providers take), and failures that name the URL and model."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import httpx2
 import orjson
 import pytest
 import respx
@@ -17,10 +21,24 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from app.config import Settings
-from app.memory.manager import Manager, Shown, Turn, build_prompt, transcript
+from app.log import memproxy_handler
+from app.main import create_app
+from app.memory.jobs import JobQueue
+from app.memory.manager import (
+    Manager,
+    ManagerUnavailable,
+    Shown,
+    Turn,
+    build_http_client,
+    build_prompt,
+    transcript,
+)
 from app.memory.operations import Op
 from app.proxy.history import convert
 from app.schemas.openai import ChatCompletionRequest
+from tests.conftest import make_settings
+from tests.fakes import FakeEmbedder
+from tests.helpers import completion_json, free_port, running
 
 NOW = datetime(2026, 11, 22, 15, 4, tzinfo=UTC)
 MESSAGES = [
@@ -84,7 +102,7 @@ async def test_the_manager_sees_date_numbered_memories_and_marked_roles() -> Non
             {"op": "NEW", "content": "Is vegetarian", "type": "preference"},
         ]})])  # fmt: skip
 
-    manager = Manager(Settings(), http_client=httpx.AsyncClient(), model=FunctionModel(answer))
+    manager = Manager(Settings(), http_client=httpx2.AsyncClient(), model=FunctionModel(answer))
     operations = await manager.decide("m", prompt())
     assert operations is not None
     assert [(o.op, o.id) for o in operations] == [(Op.UPDATE, 1), (Op.DELETE, 2), (Op.NEW, None)]
@@ -121,7 +139,7 @@ async def test_a_malformed_answer_is_retried_then_dropped(caplog: pytest.LogCapt
 
     manager = Manager(
         Settings(manager_max_retries=2),
-        http_client=httpx.AsyncClient(),
+        http_client=httpx2.AsyncClient(),
         model=FunctionModel(answer),
     )
     with caplog.at_level(logging.WARNING, logger="memproxy.manager"):
@@ -138,7 +156,7 @@ async def test_a_corrected_answer_is_used() -> None:
 
     manager = Manager(
         Settings(manager_max_retries=1),
-        http_client=httpx.AsyncClient(),
+        http_client=httpx2.AsyncClient(),
         model=FunctionModel(answer),
     )
     operations = await manager.decide("m", prompt())
@@ -153,24 +171,43 @@ def completion(message: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def allow_http_models() -> Iterator[None]:
-    """Provider wiring tests: the HTTP edge is faked by respx, so the model may 'request'."""
+    """Provider wiring tests: the HTTP edge is faked (a mock transport, or a closed port), so the
+    model may 'request'."""
     models.ALLOW_MODEL_REQUESTS = True
     yield
     models.ALLOW_MODEL_REQUESTS = False
 
 
+class FakeServer:
+    """The Manager's model server at the HTTP edge: answers POST `url` with `answer`, records
+    the requests (an httpx2 mock transport: respx fakes httpx only)."""
+
+    def __init__(self, url: str, answer: dict[str, Any]) -> None:
+        self.url = url
+        self.answer = answer
+        self.requests: list[httpx2.Request] = []
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(request)
+        if request.method != "POST" or str(request.url) != self.url:
+            return httpx2.Response(404, json={"error": f"no route {request.url}"})
+        return httpx2.Response(200, json=self.answer)
+
+    def client(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle))
+
+
 @pytest.mark.usefixtures("allow_http_models")
 async def test_openai_provider_defaults_to_the_upstream_and_uses_tool_calls() -> None:
-    router = respx.Router(base_url="http://upstream.test/v1", assert_all_called=True)
     arguments = orjson.dumps({"operations": [{"op": "NEW", "content": "Is vegetarian"}]}).decode()
-    route = router.post("/chat/completions").respond(json=completion({"content": None, "tool_calls": [
+    server = FakeServer("http://upstream.test/v1/chat/completions", completion({"content": None, "tool_calls": [
         {"id": "t1", "type": "function", "function": {"name": "final_result", "arguments": arguments}}]}))  # fmt: skip
     settings = Settings(upstream_base_url="http://upstream.test/v1", upstream_api_key="sk-up",
                         manager_temperature=0.1, manager_max_tokens=300)  # fmt: skip
-    async with httpx.AsyncClient(transport=httpx.MockTransport(router.async_handler)) as http:
+    async with server.client() as http:
         operations = await Manager(settings, http_client=http).decide("chat-model", prompt())
     assert operations is not None and operations[0].content == "Is vegetarian"
-    sent = route.calls.last.request
+    (sent,) = server.requests
     body = orjson.loads(sent.content)
     assert sent.headers["authorization"] == "Bearer sk-up"
     assert body["model"] == "chat-model" and body["temperature"] == 0.1
@@ -180,28 +217,86 @@ async def test_openai_provider_defaults_to_the_upstream_and_uses_tool_calls() ->
 
 @pytest.mark.usefixtures("allow_http_models")
 async def test_ollama_provider_uses_json_output_and_its_own_url_and_model() -> None:
-    router = respx.Router(base_url="http://ollama.test:11434/v1", assert_all_called=True)
     text = orjson.dumps({"operations": [{"op": "DELETE", "id": 2}]}).decode()
-    route = router.post("/chat/completions").respond(json=completion({"content": text}))
+    server = FakeServer(
+        "http://ollama.test:11434/v1/chat/completions", completion({"content": text})
+    )
     settings = Settings(manager_provider="ollama", manager_base_url="http://ollama.test:11434/v1",
                         manager_model="llama3.2")  # fmt: skip
-    async with httpx.AsyncClient(transport=httpx.MockTransport(router.async_handler)) as http:
+    async with server.client() as http:
         operations = await Manager(settings, http_client=http).decide("chat-model", prompt())
     assert operations is not None and [(o.op, o.id) for o in operations] == [(Op.DELETE, 2)]
-    body = orjson.loads(route.calls.last.request.content)
+    (sent,) = server.requests
+    body = orjson.loads(sent.content)
     assert body["model"] == "llama3.2" and "tools" not in body
     assert "operations" in orjson.dumps(body["messages"]).decode()  # the schema is in the prompt
 
 
 @pytest.mark.usefixtures("allow_http_models")
-async def test_an_unreachable_manager_raises_for_the_worker_to_retry() -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused", request=request)
+async def test_an_unreachable_manager_raises_naming_its_url_and_model() -> None:
+    """A closed loopback port: the error says where and which model, not just "Connection error."."""
+    base = f"http://memproxy:hunter2@127.0.0.1:{free_port()}/v1"
+    settings = Settings(upstream_base_url=base, upstream_api_key="sk-up-secret",
+                        manager_model="qwen", manager_max_retries=0)  # fmt: skip
+    async with build_http_client(settings) as http:
+        with pytest.raises(ManagerUnavailable) as raised:
+            await Manager(settings, http_client=http).decide("chat-model", prompt())
+    expected = f"manager at {base.replace('hunter2', '***')} (model qwen): connection refused"
+    assert str(raised.value) == expected
+    assert "sk-up-secret" not in str(raised.value) and "hunter2" not in str(raised.value)
 
-    settings = Settings(upstream_base_url="http://upstream.test/v1", manager_max_retries=0)
-    async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as http:
-        with pytest.raises(Exception, match=r"(?i)connect|refused"):
-            await Manager(settings, http_client=http).decide("m", prompt())
+
+@pytest.mark.usefixtures("allow_http_models")
+async def test_a_manager_answering_an_error_status_is_named_with_the_status() -> None:
+    server = FakeServer("http://upstream.test/v1/chat/completions", {})
+    settings = Settings(upstream_base_url="http://elsewhere.test/v1", manager_max_retries=0)
+    async with server.client() as http:  # answers 404 to every other URL
+        with pytest.raises(ManagerUnavailable, match=r"^manager at http://elsewhere.test/v1 "
+                           r"\(model chat-model\): answered HTTP 404: .*no route"):  # fmt: skip
+            await Manager(settings, http_client=http).decide("chat-model", prompt())
+
+
+@pytest.mark.usefixtures("allow_http_models")
+async def test_a_parked_job_and_the_log_name_the_unreachable_manager(
+    upstream: respx.Router, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstream.post("/chat/completions").respond(json=completion_json("Noted."))
+    manager_url = f"http://127.0.0.1:{free_port()}/v1"
+    settings = make_settings(
+        manager_enabled=True, processing_interval=0, conversation_threshold=1,
+        manager_base_url=manager_url, manager_model="qwen", manager_api_key="sk-manager-secret",
+        manager_job_attempts=1, manager_max_retries=0,
+    )  # fmt: skip
+    app = create_app(
+        settings,
+        upstream_transport=httpx.MockTransport(upstream.async_handler),
+        embedder=FakeEmbedder(),
+    )
+    log = io.StringIO()
+    monkeypatch.setattr(memproxy_handler(), "stream", log)
+    async with running(app) as client:
+        queue: JobQueue = app.state.services.jobs
+        body = {"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]}
+        await client.post("/v1/chat/completions", json=body, headers={"X-User-Id": "ann"})
+        await until(lambda: _parked(queue))
+        ((_job, user, reason),) = await queue.failed()
+    expected = f"manager at {manager_url} (model qwen): connection refused"
+    assert user == "ann" and reason == expected
+    (parked,) = [line for line in log.getvalue().splitlines() if "times, parked:" in line]
+    assert " WARNING memproxy.manager " in parked and parked.endswith(expected)
+    assert "sk-manager-secret" not in log.getvalue()
+
+
+async def _parked(queue: JobQueue) -> bool:
+    return (await queue.counts())["failed"] == 1
+
+
+async def until(check: Callable[[], Awaitable[bool]], seconds: float = 30) -> None:
+    async def loop() -> None:
+        while not await check():  # noqa: ASYNC110 (database state: nothing to await on)
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(loop(), seconds)
 
 
 async def test_an_answer_in_prose_is_no_decision() -> None:
@@ -215,7 +310,7 @@ async def test_an_answer_in_prose_is_no_decision() -> None:
 
     manager = Manager(
         Settings(manager_max_retries=1),
-        http_client=httpx.AsyncClient(),
+        http_client=httpx2.AsyncClient(),
         model=FunctionModel(answer),
     )
     assert await manager.decide("m", prompt()) is None

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app import cli
+from app import cli, cli_memory
 from tests.fakes import FakeEmbedder
 
 
@@ -80,7 +80,7 @@ def test_add_list_search_export_import_delete(
     code, _, err = run(capsys, "memories", "delete", "--user", "ann", "--all")
     assert code == 2 and "--yes" in err
     code, _, err = run(capsys, "memories", "delete", "--user", "ann", "--all", "--yes")
-    assert code == 0 and "deleted 1 memories of ann" in err
+    assert code == 0 and "deleted 1 memory of ann" in err
     assert run(capsys, "memories", "list", "--user", "ann", "--json")[1] == ""
     assert len(run(capsys, "memories", "list", "--user", "carl", "--json")[1].splitlines()) == 2
 
@@ -97,6 +97,7 @@ def test_add_list_search_export_import_delete(
 def test_bad_input_exits_2_with_a_message_and_changes_nothing(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
+    assert run(capsys, "db", "upgrade")[0] == 0  # reads need a database (tests/test_cli_startup.py)
     code, _, err = run(capsys, *argv)
     assert code == 2 and message in err
     assert run(capsys, "memories", "list", "--user", "ann", "--json")[1] == ""
@@ -130,7 +131,7 @@ def test_index_rebuild_re_embeds_with_a_new_model(capsys: pytest.CaptureFixture[
     assert sum(len(c) for c in embedder.calls) == 5
     embedder.calls.clear()
     code, _, err = run(capsys, "index", "rebuild", "--user", "ann", embedder=embedder)
-    assert code == 0 and "indexed 3 memories of 1 users" in err and embedder.calls == []
+    assert code == 0 and "indexed 3 memories of 1 user with" in err and embedder.calls == []
     code, out, _ = run(
         capsys,
         "memories",
@@ -144,3 +145,58 @@ def test_index_rebuild_re_embeds_with_a_new_model(capsys: pytest.CaptureFixture[
     assert (
         orjson.loads(out.splitlines()[0])["content"] == "memory 1 of bob" and embedder.calls != []
     )
+
+
+def test_get_and_stats(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "memories", "add", "--user", "ann", "Likes rye bread", "--pinned")
+    memory_id = out.strip()
+    code, out, err = run(capsys, "memories", "get", "--user", "ann", memory_id)
+    got = orjson.loads(out)
+    assert code == 0 and (got["id"], got["content"], got["pinned"]) == (
+        memory_id,
+        "Likes rye bread",
+        True,
+    )
+    code, out, err = run(capsys, "memories", "get", "--user", "bob", memory_id)
+    assert code == 1 and out == "" and f"no memory {memory_id} of bob" in err  # not bob's
+    code, out, _ = run(capsys, "memories", "stats", "--user", "ann")
+    stats = orjson.loads(out)
+    assert code == 0 and (stats["total"], stats["pinned"], stats["by_type"]) == (1, 1, {"fact": 1})
+
+
+def test_reading_commands_do_not_load_the_model(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only add, search, import and index embed; the rest must not load (maybe export) it."""
+    memory_id = run(capsys, "memories", "add", "--user", "ann", "Plays the cello")[1].strip()
+
+    def no_model(*_: object) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(cli_memory, "load_embedder", no_model)
+    for argv in (
+        ["memories", "list", "--user", "ann", "--json"],
+        ["memories", "get", "--user", "ann", memory_id],
+        ["memories", "stats", "--user", "ann"],
+        ["memories", "export", "--user", "ann"],
+        ["jobs", "list"],
+        ["memories", "delete", "--user", "ann", memory_id],
+    ):
+        code = cli.main(argv)
+        assert code == 0, (argv, capsys.readouterr())
+    with pytest.raises(AssertionError, match="the model was loaded"):  # search does embed
+        cli.main(["memories", "search", "--user", "ann", "cello"])
+
+
+def test_counts_are_pluralised(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    run(capsys, "memories", "add", "--user", "ann", "Has one memory")
+    code, out, _ = run(capsys, "memories", "list", "--user", "ann")
+    assert code == 0 and "1 memory of ann" in out
+    code, _, err = run(
+        capsys, "memories", "export", "--user", "ann", "--output", str(tmp_path / "x")
+    )
+    assert "exported 1 memory of ann" in err
+    code, _, err = run(capsys, "jobs", "retry")
+    assert code == 0 and "queued again: 0 failed jobs" in err
+    code, _, err = run(capsys, "index", "rebuild")
+    assert code == 0 and "indexed 1 memory of 1 user with" in err

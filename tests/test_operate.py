@@ -106,9 +106,9 @@ async def test_upstream_latency_is_measured_by_endpoint_and_result(
 
 
 async def test_manager_answers_that_stay_malformed_are_counted(
-    make_client: Any, upstream: respx.Router
+    make_client: Any, upstream: respx.Router, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    models.ALLOW_MODEL_REQUESTS = False
+    monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", False)
     calls: list[int] = []
 
     def garbled(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

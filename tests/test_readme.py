@@ -1,7 +1,9 @@
 """The README, tried as a new user would: its "Try it without a model" block run as written (the
 fake upstream in the background, then `make run`: the real `memproxy serve`, real embedding model,
 Manager on), then its curl and Python examples in order against that server, each checked for
-what the README says it does. Only ports and data paths are changed, so tests can run anywhere."""
+what the README says it does, and last the try-it walkthrough (a chat to remember, the memory
+listed, the next chat recalling it) with the outputs it shows. Only ports and data paths are
+changed, so tests can run anywhere."""
 
 from __future__ import annotations
 
@@ -22,13 +24,17 @@ from tests.helpers import free_port
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
-BLOCKS = re.findall(r"```(bash|python)\n(.*?)```", README, re.S)
+TRY_SECTION = README.split("\n## Try it without a model\n", 1)[1].split("\n## ", 1)[0]
+BLOCKS = re.findall(r"```(bash|python)\n(.*?)```", README.replace(TRY_SECTION, ""), re.S)
 BASH = [code for lang, code in BLOCKS if lang == "bash"]
 CURLS = [code for code in BASH if code.lstrip().startswith("curl")]
 CURL = [code for code in CURLS if "/v1/memories" not in code]
 MEMORY_CURL = [code for code in CURLS if "/v1/memories" in code]
 PYTHON = [code for lang, code in BLOCKS if lang == "python"]
-TRY_IT = next(code for code in BASH if "fake-upstream" in code)
+WALKTHROUGH = re.findall(r"```(bash|)\n(.*?)```", TRY_SECTION, re.S)
+"""The try-it section's blocks: the start, the chat to remember, then the listing and the next chat
+(bash), each followed by the output the README shows for it (no language)."""
+TRY_IT = WALKTHROUGH[0][1]
 EXAMPLE_URL = "http://localhost:8000"
 
 
@@ -43,7 +49,6 @@ def proxy_url(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> It
         "MEMPROXY_PORT": str(port),
         "MEMPROXY_DATABASE_URL": f"sqlite+aiosqlite:///{data}/memproxy.db",
         "MEMPROXY_EMBEDDING_CACHE_DIR": str(model_cache),  # shared with the other model tests
-        "MEMPROXY_PROCESSING_INTERVAL": "0",
     }
     log = (data / "server.log").open("w")
     process = subprocess.Popen(
@@ -71,7 +76,8 @@ def proxy_url(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> It
         log.close()
     text = (data / "server.log").read_text()
     assert "listening on http://127.0.0.1:" in text and "upstream http" in text  # start-up said so
-    assert "Hello!" not in text and "Oslo" not in text  # nothing of the conversations logged
+    for said in ("Hello!", "Oslo", "chess"):
+        assert said not in text  # nothing of the conversations or memories logged
 
 
 def run(code: str, proxy_url: str, cwd: Path = ROOT) -> str:
@@ -82,9 +88,18 @@ def run(code: str, proxy_url: str, cwd: Path = ROOT) -> str:
     return done.stdout
 
 
+def claimed(output: str) -> re.Pattern[str]:
+    """What the README shows as a command's output, as a pattern: "…" stands for anything, and a
+    date for any date."""
+    pattern = ".*?".join(re.escape(part) for part in output.strip().split("…"))
+    return re.compile(re.sub(r"\d{4}\\-\d{2}\\-\d{2}", r"\\d{4}-\\d{2}-\\d{2}", pattern), re.S)
+
+
 def test_readme_has_the_examples() -> None:
     assert README.startswith("# memproxy\n\n```bash\nmake run")
     assert "make run" in TRY_IT and "MEMPROXY_UPSTREAM_BASE_URL=http://127.0.0.1:9000/v1" in TRY_IT
+    assert "fake-upstream" in TRY_IT and "not a model" in TRY_SECTION
+    assert [lang for lang, _ in WALKTHROUGH] == ["bash", "bash", "bash", "", "bash", ""]
     assert len(CURL) == 3 and len(PYTHON) == 1 and len(MEMORY_CURL) == 5
 
 
@@ -131,3 +146,24 @@ def test_every_setting_is_in_the_readme_tables() -> None:
     section = README.split("## Settings", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(MEMPROXY_\w+)` \|", section, re.M)
     assert sorted(rows) == sorted(f"MEMPROXY_{name.upper()}" for name in Settings.model_fields)
+
+
+def test_try_it_walkthrough_remembers_and_recalls(proxy_url: str) -> None:
+    """Run after the memory examples (they leave alice with no memories): the chat to remember, the
+    listing the README shows (within a bounded wait: the Manager works in the background, on the
+    README's default settings), then the next chat with the memory injected, as shown."""
+    (_, remember), (_, listing), (_, listed), (_, recall), (_, recalled) = WALKTHROUGH[1:]
+    answer = orjson.loads(run(remember, proxy_url))
+    assert answer["choices"][0]["message"]["content"] == "echo: Remember that I play chess"
+    deadline = time.monotonic() + 30  # a bound on the wait, not a measurement
+    while not claimed(listed).fullmatch(out := run(listing, proxy_url).strip()):
+        assert time.monotonic() < deadline, f"the README's listing never showed up: {out}"
+        time.sleep(0.2)
+    assert len(orjson.loads(out)["data"]) == 1
+    out = run(recall, proxy_url).replace("\r\n", "\n").strip()
+    assert claimed(recalled).fullmatch(out), out
+    headers, body = out.split("\n\n", 1)
+    assert "\nx-memories-injected: 1\n" in headers.lower() + "\n"
+    reply = orjson.loads(body)["choices"][0]["message"]["content"]
+    assert reply.startswith("echo: What game do I play?\nsystem: <memproxy-memories>")
+    assert "] The user plays chess\n" in reply

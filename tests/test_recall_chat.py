@@ -160,6 +160,29 @@ async def test_limit_and_token_budget(make_client: AppClientFactory, route: resp
     assert "Short: garden roses need sun" in system and "long story" not in system
 
 
+async def test_the_budget_counts_memories_not_the_fixed_header(
+    make_client: AppClientFactory, route: respx.Route, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = await make_client(memory_token_budget=40)  # less than the header alone
+    await remember(client, "My garden roses need sun")
+    response = await chat(client, [{"role": "user", "content": "How are my garden roses doing?"}])
+    assert response.headers["x-memories-injected"] == "1"
+    assert HEADER in sent_messages(route)[0]["content"]
+
+    tiny = await make_client(memory_token_budget=5)
+    await remember(tiny, "My garden roses need sun")
+    with caplog.at_level(logging.WARNING, logger="memproxy"):
+        for _ in range(2):
+            response = await chat(
+                tiny, [{"role": "user", "content": "How are my garden roses doing?"}]
+            )
+            assert response.headers["x-memories-injected"] == "0"
+    said = [
+        r.getMessage() for r in caplog.records if "MEMPROXY_MEMORY_TOKEN_BUDGET" in r.getMessage()
+    ]
+    assert len(said) == 1 and "=5 " in said[0]  # once per process, naming the setting
+
+
 @pytest.mark.parametrize("headers", [
     {"X-OpenWebUI-Task": "title_generation"},
     {"X-Memory": "off"},

@@ -119,3 +119,54 @@ def test_memory_header(value: str | None, mode: MemoryMode) -> None:
 def test_unknown_memory_header_value() -> None:
     with pytest.raises(InvalidRequest):
         parse_memory_mode("maybe")
+
+
+# Open WebUI's newer background requests, shaped as it sends them: its built-in memory's review
+# (a system prompt and one user message holding the transcript) and context compaction (one user
+# message, the default "### Task:" template filled in).
+MEMORY_REVIEW = [
+    {
+        "role": "system",
+        "content": "You are Open WebUI's private memory reviewer. Return only valid JSON.",
+    },
+    *user(
+        "Review the completed conversation turn and decide whether long-term memory should "
+        "change.\n\nMemory types:\n- user: durable facts...\n\nExisting memories:\n(none)\n\n"
+        "Conversation:\nuser: I moved to Oslo last May\n\nassistant_final: Welcome to Oslo!\n"
+    ),
+]
+CONTEXT_COMPACTION = user(
+    "### Task:\nSummarize the conversation history that will be compacted out of the active chat "
+    "context.\n\n### Instructions:\n- Preserve key decisions, user preferences, and constraints."
+    "\n\n### Previous Summary:\n\n\n### Messages Being Compacted:\nUSER: I moved to Oslo\n"
+    "ASSISTANT: Welcome!\n\n### Recent Messages Kept In Context:\nUSER: what about skiing?"
+)
+
+
+@pytest.mark.parametrize("task", ["memory_review", "context_compaction"])
+def test_new_open_webui_tasks_by_header(task: str) -> None:
+    result = classify(user("I moved to Oslo last May"), task)
+    assert (result.kind, result.task) == (RequestKind.TASK, task)
+
+
+@pytest.mark.parametrize(
+    ("task", "messages"),
+    [("memory_review", MEMORY_REVIEW), ("context_compaction", CONTEXT_COMPACTION)],
+    ids=["memory_review", "context_compaction"],
+)
+def test_new_open_webui_tasks_by_prompt_alone(task: str, messages: list[dict]) -> None:
+    result = classify(messages, None)
+    assert (result.kind, result.task) == (RequestKind.TASK, task)
+
+
+def test_memory_reviewer_recognised_by_either_of_its_prompts() -> None:
+    system, prompt = MEMORY_REVIEW
+    # the system prompt with another user text (a customised review), or as developer message
+    assert classify([system, *user("Conversation:\nuser: hi")], None).task == "memory_review"
+    as_developer = [{**system, "role": "developer"}, prompt]
+    assert classify(as_developer, None).task == "memory_review"
+    # the user prompt without its system prompt
+    assert classify([prompt], None).task == "memory_review"
+    # a user who mentions the reviewer in a real chat is still chatting
+    chat = [{"role": "system", "content": "be nice"}, *user(str(system["content"]))]
+    assert classify(chat, None).kind is RequestKind.CHAT

@@ -3,6 +3,7 @@ restart, and two processes' engines on one database file."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -118,6 +119,10 @@ async def test_import_is_idempotent_on_id(store: MemoryStore) -> None:
     with pytest.raises(IdTaken):
         await store.add("bob", [item])
     assert await store.count("bob") == 0
+    twice = NewMemory("Swam in the fjord", id="22222222-2222-2222-2222-222222222222")
+    written = await store.add("ann", [twice, NewMemory("other"), twice])
+    assert written.created == [True, True, False] and written.version == version + 1
+    assert written.records[0] == written.records[2] and await store.count("ann") == 3
 
 
 async def test_every_write_bumps_the_users_version(store: MemoryStore) -> None:
@@ -146,6 +151,38 @@ async def test_two_engines_on_one_file_see_each_others_writes(tmp_path: Path) ->
     await store_two.update("ann", memory.id, content="edited by worker two")
     assert await store_one.version("ann") == 2
     assert (await store_one.get("ann", memory.id)).content == "edited by worker two"  # type: ignore[union-attr]
+    await one.dispose()
+    await two.dispose()
+
+
+async def test_the_same_import_at_once_creates_each_memory_once(tmp_path: Path) -> None:
+    """Two workers importing one file at once: the second finds the ids taken by the time it
+    inserts, and counts them as existing (no unique-constraint error), with no version bump or
+    event of its own; an id another user takes meanwhile is still refused."""
+    url = url_for(tmp_path / "shared.db")
+    one, two = create_engine(url), create_engine(url)
+    await upgrade(one)
+    stores = [MemoryStore(one), MemoryStore(two)]
+    items = [NewMemory(f"memory {n}", id=f"00000000-0000-0000-0000-{n:012d}",
+                       source=MemorySource.IMPORT) for n in range(1, 21)]  # fmt: skip
+    results = await asyncio.gather(*(stores[n % 2].add("ann", items) for n in range(3)))
+    assert sorted(sum(w.created) for w in results) == [0, 0, 20]
+    for written in results:
+        assert [r.id for r in written.records] == [i.id for i in items]
+        assert [r.content for r in written.records] == [i.content for i in items]
+        assert written.version == 1 and len({r.key for r in written.records}) == 20
+    assert await stores[1].count("ann") == 20 and await stores[1].version("ann") == 1
+    history = await stores[0].history("ann", items[4].id or "")
+    assert [e.action for e in history] == ["created"]
+
+    fresh = [NewMemory(f"new {n}", id=f"10000000-0000-0000-0000-{n:012d}") for n in range(5)]
+    outcomes = await asyncio.gather(
+        stores[0].add("ann", fresh), stores[1].add("bob", fresh), return_exceptions=True
+    )
+    assert sorted(type(o).__name__ for o in outcomes) == ["IdTaken", "Written"]
+    loser = "bob" if isinstance(outcomes[1], IdTaken) else "ann"
+    assert await stores[0].count(loser) == (20 if loser == "ann" else 0)
+    assert await stores[0].version(loser) == (1 if loser == "ann" else 0)
     await one.dispose()
     await two.dispose()
 

@@ -5,14 +5,17 @@ Raw ASGI (no framework) so that in a benchmark it costs as little as possible. I
 
 Replies are predictable: ``echo: <last user text>`` (plus ``[N image(s)]`` when images were sent);
 with ``tools`` and a user turn last it calls the first tool with ``{"query": <text>}``; after a
-tool result it answers ``tool said: <result>``. Request headers steer it (memproxy forwards them):
+tool result it answers ``tool said: <result>``. A request carrying memproxy's Manager prompt gets
+deterministic decisions from :mod:`app.devtools.fake_manager` (a tool call with ``tools``, JSON
+content without). Request headers steer it (memproxy forwards them):
 
 - ``X-Fake-Status: 429`` answer that status with an OpenAI error (``X-Fake-Error-Format: ollama``
   for Ollama's ``{"error": "text"}``, ``html`` for a reverse proxy's page);
 - ``X-Fake-Chunks: N`` split the streamed reply into N content events (default 8);
 - ``X-Fake-Delay-Ms: D`` wait D ms between events; ``X-Fake-Hang-Ms: H`` wait before answering;
 - ``X-Fake-Fail-After: K`` after K content events write half an event and drop the connection;
-- ``X-Fake-Split: 1`` write every event in two halves (with the delay between them).
+- ``X-Fake-Split: 1`` write every event in two halves (with the delay between them);
+- ``X-Fake-Echo-System: 1`` add ``system: <the system messages>`` on a line after the echo.
 
 Every request is recorded in :attr:`FakeUpstream.received`; a client that goes away while the
 fake is waiting is recorded in :attr:`FakeUpstream.disconnects` (monotonic time).
@@ -27,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from app.devtools.fake_manager import decisions
 
 MODEL_ID = "fake-model"
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -98,7 +103,7 @@ class FakeUpstream:
     async def _chat(
         self, request: dict[str, Any], headers: dict[str, str], receive: Any, send: Any
     ) -> None:
-        text, tool_call = _reply(request)
+        text, tool_call = _reply(request, headers.get("x-fake-echo-system") == "1")
         model = request.get("model", MODEL_ID)
         if not request.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": text}
@@ -162,19 +167,23 @@ class FakeUpstream:
         return False
 
 
-def _reply(request: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+def _reply(request: dict[str, Any], echo_system: bool) -> tuple[str, dict[str, Any] | None]:
     messages = request.get("messages") or [{}]
     last = messages[-1]
     if last.get("role") == "tool":
         return f"tool said: {_text(last.get('content'))}", None
     text = _text(last.get("content"))
     tools = request.get("tools") or []
+    answer = decisions(messages)
+    if answer is not None and not tools:
+        return orjson.dumps(answer).decode(), None
     if tools and last.get("role") == "user":
         name = tools[0].get("function", {}).get("name", "tool")
+        arguments = answer if answer is not None else {"query": text}
         call = {
             "id": "call_fake_1",
             "type": "function",
-            "function": {"name": name, "arguments": orjson.dumps({"query": text}).decode()},
+            "function": {"name": name, "arguments": orjson.dumps(arguments).decode()},
         }
         return "", call
     content = last.get("content")
@@ -182,6 +191,9 @@ def _reply(request: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
         sum(1 for p in content if p.get("type") == "image_url") if isinstance(content, list) else 0
     )
     suffix = f" [{images} image{'s' if images != 1 else ''}]" if images else ""
+    system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
+    if echo_system and system:
+        suffix += f"\nsystem: {system}"
     return f"echo: {text}{suffix}", None
 
 

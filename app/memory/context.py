@@ -5,7 +5,8 @@
   the user's message before them, up to :data:`CONTEXT_CHARS`).
 - Memories go into the system message as a block: one line each, ``- [YYYY-MM-DD] content``, the
   date being when the memory was made, most relevant first, after one sentence telling the
-  model what they are. Whatever exceeds the token budget is left out, lowest score first.
+  model what they are. Whatever exceeds the token budget (which counts the memory lines, not the
+  fixed sentence) is left out, lowest score first.
 - Tokens are estimated at four characters each (plus a few per line): no tokenizer of the
   upstream's model is at hand, and the estimate errs on the generous side for English.
 """
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from app.proxy.foreign import strip_foreign
 from app.proxy.injection import strip_block
 
 MIN_QUERY_WORDS = 4
@@ -34,7 +36,8 @@ _WORDS = re.compile(r"\w+")
 
 
 def message_text(message: Any) -> str:
-    """The text of a chat message: its string content or its text parts; memory blocks removed."""
+    """The text of a chat message: its string content or its text parts; memory blocks (ours and
+    Open WebUI's, :mod:`app.proxy.foreign`) removed."""
     if not isinstance(message, dict):
         return ""
     content = message.get("content")
@@ -48,7 +51,7 @@ def message_text(message: Any) -> str:
         )
     else:
         return ""
-    return strip_block(text).strip()
+    return strip_foreign(strip_block(text)).strip()
 
 
 def recall_query(messages: Sequence[Any]) -> str | None:
@@ -99,9 +102,11 @@ def memory_line(memory: Dated) -> str:
 
 
 def fit_budget(memories: Sequence[D], budget_tokens: int) -> list[D]:
-    """The memories, in order, that fit in `budget_tokens` together with the header; a memory
-    that does not fit is skipped and shorter ones after it may still go in."""
-    used = estimate_tokens(HEADER)
+    """The memories, in order, whose lines fit in `budget_tokens`; a memory that does not fit is
+    skipped and shorter ones after it may still go in. The fixed :data:`HEADER` (~45 tokens) is
+    not counted: the budget is what the memories themselves may take, so a small budget still
+    holds a short memory."""
+    used = 0
     kept = []
     for memory in memories:
         cost = estimate_tokens(memory_line(memory))

@@ -10,6 +10,7 @@ Migrations are Alembic's, in ``migrations/``: applied at start (:func:`upgrade`)
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,69 @@ import migrations
 MIGRATIONS = Path(migrations.__file__).resolve().parent
 
 
+class DatabaseUnavailable(Exception):
+    """A SQLite database file that cannot be opened or written, or (`missing`) is not there."""
+
+    def __init__(self, path: Path, reason: str, *, missing: bool = False) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+        self.missing = missing
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names, absolute; None for other databases and in-memory ones."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database).expanduser().absolute()
+
+
+def check_database(url: str, *, create: bool) -> Path | None:
+    """Before opening `url`, for a SQLite file: its folder can be created and written (WAL keeps
+    two files beside the database) and the file opened for writing; when `create` is false, the
+    file must already be there. Raises :class:`DatabaseUnavailable` naming the path and the
+    cause. Returns the file (None for other databases: `/readyz` checks those at run time)."""
+    path = sqlite_file(url)
+    if path is None:
+        return None
+    if not path.exists() and not create:
+        raise DatabaseUnavailable(path, "no such file", missing=True)
+    _make_folder(path)
+    try:
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as exc:
+        raise DatabaseUnavailable(path, f"cannot write in {path.parent}: {exc.strerror}") from exc
+    try:
+        with path.open("ab"):  # creates an empty file, which SQLite takes as an empty database
+            pass
+    except OSError as exc:
+        raise DatabaseUnavailable(path, exc.strerror or str(exc)) from exc
+    return path
+
+
+def _make_folder(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        reason = (
+            f"{blocking} is a file, not a folder"
+            if blocking is not None
+            else f"cannot create the folder {path.parent}: {exc.strerror}"
+        )
+        raise DatabaseUnavailable(path, reason) from exc
+
+
 def create_engine(url: str, *, busy_timeout_seconds: float = 5.0) -> AsyncEngine:
-    """An async engine; for SQLite files, the folder is created and WAL set on every connection."""
+    """An async engine; for SQLite files, the folder is created and WAL set on every connection.
+    A folder that cannot be created raises :class:`DatabaseUnavailable`."""
     parsed = make_url(url)
     is_sqlite = parsed.get_backend_name() == "sqlite"
-    if is_sqlite and parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_file(url)
+    if path is not None:
+        _make_folder(path)
     engine = create_async_engine(url)
     if is_sqlite:
         timeout_ms = int(busy_timeout_seconds * 1000)

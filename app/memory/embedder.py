@@ -119,6 +119,8 @@ def prepare(model_dir: str, cache_dir: str, *, quantize: bool) -> ModelFiles:
     variant = "int8" if quantize else "fp32"
     target = Path(cache_dir) / f"{source.name}-{digest}-{variant}.onnx"
     if not target.exists():
+        # One line per export: the first start makes two (fp32 for memories, int8 for queries).
+        logger.info("exporting %s to ONNX, %s (once): %s", source, variant, target)
         target.parent.mkdir(parents=True, exist_ok=True)
         _export(source, target, quantize=quantize)
     return ModelFiles(
@@ -136,7 +138,6 @@ def _export(source: Path, target: Path, *, quantize: bool) -> None:
     from transformers import AutoModel
     from transformers.utils import logging as transformers_logging
 
-    logger.info("exporting %s to ONNX (once)", source)
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # JSON logs
     model = AutoModel.from_pretrained(str(source)).eval()
 

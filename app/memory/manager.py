@@ -14,21 +14,31 @@ What it is shown (:func:`build_prompt`):
 What it answers: :class:`Decisions`, a list of :class:`~app.memory.operations.Operation`, as a
 tool call (OpenAI-compatible servers) or as JSON in its text (``ollama``: local models follow a
 schema in the prompt more reliably than they call tools). A malformed answer is sent back to the
-model up to ``MEMPROXY_MANAGER_MAX_RETRIES`` times, then dropped with a log line.
+model up to ``MEMPROXY_MANAGER_MAX_RETRIES`` times, then dropped with a log line. A model that
+cannot be asked raises :class:`ManagerUnavailable`, naming the URL and model that failed.
+
+Its HTTP client is an ``httpx2.AsyncClient`` (:func:`build_http_client`), the client
+pydantic-ai's OpenAI-compatible providers are built on (a legacy ``httpx`` one is deprecated).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-import httpx
+import httpx2
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, PromptedOutput, ToolOutput
-from pydantic_ai.exceptions import UnexpectedModelBehavior
+from pydantic_ai.exceptions import (
+    ModelHTTPError,
+    ModelRequestTimeout,
+    ModelTimeoutError,
+    UnexpectedModelBehavior,
+)
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -37,8 +47,10 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
 
 from app.config import Settings
+from app.log import mask_url
 from app.memory.models import MemoryType
 from app.memory.operations import Operation
+from app.proxy.foreign import strip_foreign
 from app.proxy.history import ConvertedHistory
 
 logger = logging.getLogger("memproxy.manager")
@@ -85,19 +97,20 @@ class Shown:
 
 def transcript(history: ConvertedHistory, reply: str | None) -> list[Turn]:
     """User and assistant text of a conversation, oldest first; the assistant's `reply` to the last
-    user message ends it. System prompts, tool calls and tool results are left out."""
+    user message ends it. System prompts, tool calls and tool results are left out, and so is
+    another memory system's block in a user message (:mod:`app.proxy.foreign`)."""
     turns: list[Turn] = []
     for message in history.history:
         if isinstance(message, ModelRequest):
             for part in message.parts:
                 if isinstance(part, UserPromptPart):
-                    turns.append(Turn("user", _text(part.content)))
+                    turns.append(Turn("user", strip_foreign(_text(part.content))))
         elif isinstance(message, ModelResponse):
             text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
             if text.strip():
                 turns.append(Turn("assistant", text))
     if history.prompt is not None:
-        turns.append(Turn("user", _text(history.prompt)))
+        turns.append(Turn("user", strip_foreign(_text(history.prompt))))
     if reply and reply.strip():
         turns.append(Turn("assistant", reply))
     return [t for t in turns if t.text.strip()]
@@ -129,21 +142,42 @@ def build_prompt(
     return "\n".join(lines)
 
 
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+def build_http_client(settings: Settings) -> httpx2.AsyncClient:
+    """The Manager's HTTP client (the caller closes it)."""
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(settings.manager_timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS)
+    )
+
+
+class ManagerUnavailable(Exception):
+    """The Manager's model could not be asked (unreachable, timed out, an HTTP error); the
+    message names its URL (password masked) and model, never a key."""
+
+
 class Manager:
     def __init__(
-        self, settings: Settings, *, http_client: httpx.AsyncClient, model: Model | None = None
+        self, settings: Settings, *, http_client: httpx2.AsyncClient, model: Model | None = None
     ) -> None:
         """`model` replaces the configured one (tests pass a FunctionModel)."""
         self._settings = settings
         self._http = http_client
         self._model = model
+        self._base_url = settings.manager_base_url or settings.upstream_base_url
+
+    def where(self, request_model: str) -> str:
+        """Which model at which server answers for a chat that used `request_model`."""
+        model = self._settings.manager_model or request_model
+        return f"manager at {mask_url(self._base_url)} (model {model})"
 
     def model_for(self, request_model: str) -> Model:
         """The configured model, or the chat request's own model on the upstream."""
         if self._model is not None:
             return self._model
         s = self._settings
-        base_url = s.manager_base_url or s.upstream_base_url
+        base_url = self._base_url
         secret = s.manager_api_key or s.upstream_api_key
         key = secret.get_secret_value() if secret is not None else "unused"
         provider: OpenAIProvider | OllamaProvider
@@ -155,8 +189,8 @@ class Manager:
 
     async def decide(self, request_model: str, prompt: str) -> list[Operation] | None:
         """The operations the Manager chose; None when its answers stayed malformed through the
-        retries (dropped: asking again will not help). Failing to reach the model raises (the
-        worker retries the job later)."""
+        retries (dropped: asking again will not help). Failing to reach the model raises
+        :class:`ManagerUnavailable` (the worker retries the job later)."""
         s = self._settings
         output = (
             PromptedOutput(Decisions) if s.manager_provider == "ollama" else ToolOutput(Decisions)
@@ -177,7 +211,33 @@ class Manager:
         except UnexpectedModelBehavior as exc:
             logger.warning("manager answer dropped: %s", exc)
             return None
+        except Exception as exc:
+            if self._model is not None:  # a test's stand-in: no server to name
+                raise
+            cause = _cause(exc, s.manager_timeout_seconds)
+            raise ManagerUnavailable(f"{self.where(request_model)}: {cause}") from exc
         return result.output.operations
+
+
+def _cause(exc: BaseException, timeout: float) -> str:
+    """What went wrong, in a few words: the SDKs' own ("Connection error.") say too little."""
+    if isinstance(exc, ModelHTTPError):
+        return f"answered HTTP {exc.status_code}: {str(exc.body)[:200]}"
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    for link in chain:
+        if isinstance(link, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(link, socket.gaierror):
+            return f"host not found ({link})"
+        timeouts = (TimeoutError, httpx2.TimeoutException, ModelTimeoutError, ModelRequestTimeout)
+        if isinstance(link, timeouts):
+            return f"no answer within {timeout:g} s (MEMPROXY_MANAGER_TIMEOUT_SECONDS)"
+    innermost = chain[-1]
+    return f"{type(innermost).__name__}: {innermost}"
 
 
 def _text(content: object) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 
-from sqlalchemy import func, select
+from sqlalchemy import Row, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
@@ -20,14 +20,10 @@ from app.memory.records import (
     record_of,
 )
 
-_INDEX_COLUMNS = (
-    Memory.key,
-    Memory.type,
-    Memory.content,
-    Memory.created_at,
-    Memory.embedding,
-    Memory.embedding_model,
-)
+IndexColumns: TypeAlias = "Row[int, str, str, datetime, bytes | None, str | None]"
+"""A row of :func:`_index_query`, typed column by column, so mypy checks both the query that
+makes it and every unpacking of it. (When this took ``Any``, mypy let a query of five columns
+reach an unpacking of six.)"""
 
 
 class MemoryQueries:
@@ -102,7 +98,7 @@ class MemoryQueries:
         """
         async with self.sessions() as session:
             version = await self._version_in(session, user_id)
-            query = select(*_INDEX_COLUMNS).where(Memory.user_id == user_id)
+            query = _index_query(user_id)
             if since >= 0:
                 query = query.where(Memory.seq > since)
             rows = [_index_row(row) for row in await session.execute(query)]
@@ -114,14 +110,10 @@ class MemoryQueries:
             return set(await session.scalars(select(Memory.key).where(Memory.user_id == user_id)))
 
     async def rows(self, user_id: str, keys: Sequence[int]) -> list[IndexRow]:
-        columns = (
-            Memory.key,
-            Memory.type,
-            Memory.content,
-            Memory.embedding,
-            Memory.embedding_model,
-        )
-        query = select(*columns).where(Memory.user_id == user_id, Memory.key.in_(list(keys)))
+        """What an index needs of the user's memories with these keys (unknown keys skipped)."""
+        if not keys:
+            return []
+        query = _index_query(user_id).where(Memory.key.in_(list(keys)))
         async with self.sessions() as session:
             return [_index_row(row) for row in await session.execute(query)]
 
@@ -170,12 +162,25 @@ class MemoryQueries:
         return int(value or 0)
 
 
-def _index_row(row: Any) -> IndexRow:
+def _index_query(user_id: str) -> Select[int, str, str, datetime, bytes | None, str | None]:
+    """The columns an index reads (:class:`IndexRow`'s), of the user's memories: one query for
+    the full build, the catch-up by sequence and the fetch by key alike."""
+    return select(
+        Memory.key,
+        Memory.type,
+        Memory.content,
+        Memory.created_at,
+        Memory.embedding,
+        Memory.embedding_model,
+    ).where(Memory.user_id == user_id)
+
+
+def _index_row(row: IndexColumns) -> IndexRow:
     key, type_, content, created_at, embedding, model = row
     return IndexRow(key, type_, content, aware(created_at), embedding, model)
 
 
-def own(user_id: str) -> Any:
+def own(user_id: str) -> Select[Memory]:
     """Select the user's memories (never another's)."""
     return select(Memory).where(Memory.user_id == user_id)
 

@@ -8,12 +8,13 @@ takes the user id; nothing here can reach another user's memories.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from app.memory.cache import IndexCache
-from app.memory.context import fit_budget
+from app.memory.context import estimate_tokens, fit_budget, memory_line
 from app.memory.embedder import TextEmbedder
 from app.memory.events import Event
 from app.memory.models import MemoryType
@@ -21,6 +22,8 @@ from app.memory.parts import decode, embed_memories, encode, vector_model
 from app.memory.recall import Hit, Searcher
 from app.memory.records import MemoryRecord, NewMemory, Written
 from app.memory.store import MemoryStore
+
+logger = logging.getLogger("memproxy.memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,7 @@ class MemoryService:
         self.embedder = embedder
         self.cache = IndexCache(store, embedder, max_memories=cache_max_memories)
         self.searcher = Searcher(self.cache, embedder, dense_weight=dense_weight)
+        self._budget_warned = False
 
     # --- writes -------------------------------------------------------------------------------
 
@@ -147,7 +151,16 @@ class MemoryService:
         """What chat injects: the search, then as many as fit the token budget. The hits carry
         what the memory block shows (from the index: no database read on this path)."""
         hits = await self.searcher.search(user_id, query, limit=limit, min_score=min_score)
-        return fit_budget(hits, budget_tokens)
+        kept = fit_budget(hits, budget_tokens)
+        if hits and not kept and not self._budget_warned:
+            self._budget_warned = True  # once per process: the setting, not the chat, is wrong
+            logger.warning(
+                "MEMPROXY_MEMORY_TOKEN_BUDGET=%d is smaller than every relevant memory found "
+                "(the shortest takes %d tokens): nothing was injected",
+                budget_tokens,
+                min(estimate_tokens(memory_line(h)) for h in hits),
+            )
+        return kept
 
     async def mark_recalled(self, user_id: str, keys: Sequence[int]) -> None:
         await self.store.mark_recalled(user_id, keys)

@@ -6,7 +6,7 @@ Promises:
 - every write bumps that user's change sequence (:meth:`MemoryStore.version`) in the same
   transaction and stamps the rows it wrote with the new value (``seq``); a write returns the
   version it committed. A cache built at version N is stale exactly when the version is no
-  longer N, whichever process wrote, and catches up with :meth:`MemoryStore.changes_since`;
+  longer N, whichever process wrote, and catches up with :meth:`MemoryStore.snapshot`;
 - recall bookkeeping (:meth:`MemoryStore.mark_recalled`) and re-embedding
   (:meth:`MemoryStore.set_embeddings`) change no content and bump nothing;
 - results are plain frozen :class:`~app.memory.records.MemoryRecord` values, safe to keep after
@@ -16,7 +16,7 @@ Promises:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -48,6 +48,11 @@ from app.memory.records import (
 )
 
 _CHANGEABLE = frozenset({"content", "type", "metadata", "pinned", "embedding", "embedding_model"})
+_INSERTED = (
+    *("id", "user_id", "content", "type", "meta", "source", "pinned", "created_at"),
+    *("updated_at", "recall_count", "last_recalled_at", "embedding", "embedding_model"),
+)
+"""What :meth:`MemoryStore.add` inserts of a new row (its ``seq`` is the version it bumps)."""
 
 
 class IdTaken(Exception):
@@ -67,25 +72,18 @@ class MemoryStore(MemoryQueries):
         self, user_id: str, items: Sequence[NewMemory], *, job_id: str | None = None
     ) -> Written:
         """Create memories; an item whose id already exists (for this user) is left as it is and
-        returned unchanged (``Written.created`` says which were new). An id that belongs to
-        another user raises :class:`IdTaken`."""
+        returned unchanged (``Written.created`` says which were new), also when a concurrent
+        write (another request, another process) created it after this one looked: the insert
+        skips ids that exist by then (``ON CONFLICT DO NOTHING``). An id that belongs to another
+        user raises :class:`IdTaken`. Only created memories bump the version and get events."""
         stamp = now()
         async with self.sessions.begin() as session:
-            given = [item.id for item in items if item.id]
-            existing: dict[str, Memory] = {}
-            if given:
-                rows = await session.scalars(select(Memory).where(Memory.id.in_(given)))
-                existing = {row.id: row for row in rows}
-            fresh: list[Memory] = []
-            out: list[Memory] = []
-            created: list[bool] = []
+            existing = await _found(session, user_id, [item.id for item in items if item.id])
+            fresh: dict[str, Memory] = {}
+            ids: list[str] = []  # each item's memory
             for item in items:
-                found = existing.get(item.id) if item.id else None
-                if found is not None:
-                    if found.user_id != user_id:
-                        raise IdTaken(item.id or "")
-                    out.append(found)
-                    created.append(False)
+                if item.id and (item.id in existing or item.id in fresh):
+                    ids.append(item.id)  # the same id twice in one batch is one memory
                     continue
                 row = Memory(
                     id=item.id or str(uuid.uuid4()),
@@ -101,24 +99,30 @@ class MemoryStore(MemoryQueries):
                     embedding=item.embedding,
                     embedding_model=item.embedding_model,
                 )
-                if item.id:
-                    existing[item.id] = row  # the same id twice in one batch is one memory
-                fresh.append(row)
-                out.append(row)
-                created.append(True)
+                fresh[row.id] = row
+                ids.append(row.id)
             version = await self._version_in(session, user_id)
+            inserted: set[str] = set()
             if fresh:
-                version = await bump_version(session, user_id)
-                for row in fresh:
-                    row.seq = version
-                    session.add(row)
-                    actor = MemorySource(row.source)
+                version = await bump_version(session, user_id)  # the lock orders the inserts
+                inserted = await _insert(session, list(fresh.values()), version)
+                raced = [memory_id for memory_id in fresh if memory_id not in inserted]
+                if raced:  # committed by another write since the read above: they exist now
+                    existing.update(await _found(session, user_id, raced, expected=True))
+                if not inserted:  # nothing written after all: the version must not move
+                    version = await _unbump(session, user_id)
+                for memory_id in inserted:
+                    row = fresh[memory_id]
                     events.record(
-                        session, user_id, row.id, EventAction.CREATED, actor,
+                        session, user_id, row.id, EventAction.CREATED, MemorySource(row.source),
                         after=row.content, job_id=job_id,
                     )  # fmt: skip
-                await session.flush()
-            return Written([record_of(r) for r in out], version, created)
+            rows = existing | {memory_id: fresh[memory_id] for memory_id in inserted}
+            created = []
+            for memory_id in ids:  # an id twice in the batch: created by its first item only
+                created.append(memory_id in inserted)
+                inserted.discard(memory_id)
+            return Written([record_of(rows[i]) for i in ids], version, created)
 
     async def update(
         self,
@@ -235,10 +239,8 @@ async def bump_version(session: AsyncSession, user_id: str) -> int:
     One atomic upsert, so two processes writing a new user's first memories at once cannot
     both insert it; the write lock it takes orders the user's writes across processes.
     """
-    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
-    insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
     statement = (
-        insert(UserState)
+        _insert_for(session)(UserState)
         .values(user_id=user_id, version=1)
         .on_conflict_do_update(
             index_elements=[UserState.user_id], set_={"version": UserState.version + 1}
@@ -246,3 +248,53 @@ async def bump_version(session: AsyncSession, user_id: str) -> int:
         .returning(UserState.version)
     )
     return int((await session.execute(statement)).scalar_one())
+
+
+async def _unbump(session: AsyncSession, user_id: str) -> int:
+    """Undo this transaction's own :func:`bump_version` (exactly: the lock it took is held until
+    the transaction ends, so no other write bumped since); the version before it."""
+    statement = (
+        update(UserState)
+        .where(UserState.user_id == user_id)
+        .values(version=UserState.version - 1)
+        .returning(UserState.version)
+    )
+    return int((await session.execute(statement)).scalar_one())
+
+
+def _insert_for(session: AsyncSession) -> Callable[..., Any]:
+    """The dialect's INSERT, which has ``ON CONFLICT`` (SQLite's and PostgreSQL's alike)."""
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    return postgresql_insert if dialect == "postgresql" else sqlite_insert
+
+
+async def _insert(session: AsyncSession, rows: Sequence[Memory], version: int) -> set[str]:
+    """Insert the rows (their keys set on them), skipping those whose id exists by now; the ids
+    inserted. Rows are data here, never added to the session."""
+    statement = (
+        _insert_for(session)(Memory)
+        .on_conflict_do_nothing(index_elements=[Memory.id])
+        .returning(Memory.id, Memory.key)
+    )
+    values = [
+        {column: getattr(row, column) for column in _INSERTED} | {"seq": version} for row in rows
+    ]
+    by_id = {row.id: row for row in rows}
+    for memory_id, key in (taken := list(await session.execute(statement, values))):
+        by_id[memory_id].key, by_id[memory_id].seq = key, version
+    return {memory_id for memory_id, _ in taken}
+
+
+async def _found(
+    session: AsyncSession, user_id: str, ids: Sequence[str], *, expected: bool = False
+) -> dict[str, Memory]:
+    """The memories with these ids, by id; :class:`IdTaken` when one is another user's (or,
+    `expected`: is not there, because another user's write took the id and it is gone again)."""
+    if not ids:
+        return {}
+    rows = {r.id: r for r in await session.scalars(select(Memory).where(Memory.id.in_(ids)))}
+    for memory_id in ids:
+        row = rows.get(memory_id)
+        if (row is not None and row.user_id != user_id) or (row is None and expected):
+            raise IdTaken(memory_id)
+    return rows

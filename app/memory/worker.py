@@ -6,7 +6,8 @@ in the same transaction (:mod:`app.memory.operations`). Up to ``MEMPROXY_MANAGER
 jobs run at once, never two of one user. A Manager that cannot be reached, or any other failure,
 sends the job back with exponential backoff (``MEMPROXY_MANAGER_RETRY_SECONDS``, doubled each
 time); after ``MEMPROXY_MANAGER_JOB_ATTEMPTS`` attempts the job is parked as failed with the
-reason (``memproxy jobs retry`` queues it again). An answer that stays malformed is dropped.
+reason (``memproxy jobs retry`` queues it again); a Manager that could not be asked is named in
+it by URL and model. An answer that stays malformed is dropped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from contextlib import suppress
 
 from app.config import Settings
 from app.memory.jobs import Job, JobQueue
-from app.memory.manager import Manager, Shown, Turn, build_prompt
+from app.memory.manager import Manager, ManagerUnavailable, Shown, Turn, build_prompt
 from app.memory.operations import Applier, Operation
 from app.memory.records import now
 from app.memory.service import MemoryService
@@ -107,7 +108,9 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"[:1000]
+            reason = (
+                str(exc) if isinstance(exc, ManagerUnavailable) else f"{type(exc).__name__}: {exc}"
+            )[:1000]
             if job.attempts >= self._attempts:
                 self._metrics.jobs_failed.inc()
                 logger.warning("job %s failed %d times, parked: %s", job.id, job.attempts, reason)

@@ -10,6 +10,22 @@ User resolution, first match wins:
    ``X-User-Id``);
 3. the body's ``user``: a string, or an object with ``id`` (Open WebUI pipelines);
 4. ``anonymous``, or 401 when ``MEMPROXY_REQUIRE_USER=true``.
+
+With ``MEMPROXY_OPENWEBUI_JWT_SECRET`` set, anyone who can reach memproxy can no longer name a
+user: the user comes only from the HS256 token Open WebUI signs with the same secret
+(``FORWARD_USER_INFO_HEADER_JWT_SECRET``) and sends in ``X-OpenWebUI-User-Jwt``, with claims
+``sub`` (the user id), ``email``, ``name``, ``role``, ``iss`` = ``open-webui``, ``iat`` and
+``exp``. Then:
+
+- a plain identity header (any of ``MEMPROXY_USER_ID_HEADERS``) is refused (401
+  ``unsigned_user_header``): Open WebUI sends those instead of the token when it could not sign
+  one, and anyone else could send them for any user;
+- a token with a bad signature, another issuer, no or a past ``exp`` (30 s leeway for clock
+  skew), or no ``sub`` is refused (401 ``invalid_user_token``);
+- a bound key still acts as its user; a valid token naming someone else is refused (403), as a
+  header would be;
+- the body's ``user`` is never an identity claim (the client writes it); with no token and no
+  bound key the request is ``anonymous``, or 401 with ``MEMPROXY_REQUIRE_USER=true``.
 """
 
 from __future__ import annotations
@@ -18,12 +34,19 @@ import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 
-from app.config import ApiKey
+import jwt
+
+from app.config import ApiKey, Settings
 from app.errors import AuthenticationFailed, InvalidRequest, PermissionDenied, UserRequired
 from app.schemas.openai import EndUser
 
 ANONYMOUS = "anonymous"
 MAX_USER_ID_LENGTH = 256
+USER_TOKEN_HEADER = "X-OpenWebUI-User-Jwt"
+"""Open WebUI's default FORWARD_USER_INFO_HEADER_JWT."""
+USER_TOKEN_ISSUER = "open-webui"
+USER_TOKEN_LEEWAY_SECONDS = 30
+"""Clock skew allowed between Open WebUI and memproxy on ``exp`` and ``iat``."""
 
 
 class Authenticator:
@@ -70,6 +93,13 @@ def bearer_token(authorization: str | None) -> str | None:
     return token.strip() or None
 
 
+def token_secret(settings: Settings) -> str | None:
+    """``MEMPROXY_OPENWEBUI_JWT_SECRET``, None when unset or empty (as Open WebUI reads its own)."""
+    secret = settings.openwebui_jwt_secret
+    value = secret.get_secret_value().strip() if secret is not None else ""
+    return value or None
+
+
 def resolve_user(
     headers: Mapping[str, str],
     header_names: Sequence[str],
@@ -77,20 +107,18 @@ def resolve_user(
     key: ApiKey | None,
     *,
     require_user: bool,
+    jwt_secret: str | None = None,
 ) -> str:
     """Apply the precedence in the module docstring."""
+    if jwt_secret is not None:
+        return _signed_user(headers, header_names, key, jwt_secret, require_user=require_user)
     header_user = None
     for name in header_names:
         header_user = clean_user_id(headers.get(name), name)
         if header_user:
             break
     if key is not None and key.user_id is not None:
-        if header_user and header_user != key.user_id:
-            raise PermissionDenied(
-                "this API key is bound to another user and cannot act for the user named in the "
-                "request headers",
-                code="user_mismatch",
-            )
+        _check_bound(key.user_id, header_user, "request headers")
         return key.user_id
     if header_user:
         return header_user
@@ -98,11 +126,94 @@ def resolve_user(
     body_id = clean_user_id(raw_body_user, "user")
     if body_id:
         return body_id
-    if require_user:
-        raise UserRequired(
-            "no user given: send an X-User-Id header, a 'user' field, or use a key bound to a user "
-            "(MEMPROXY_REQUIRE_USER is on)"
+    return _nobody(
+        require_user,
+        "no user given: send an X-User-Id header, a 'user' field, or use a key bound to a user "
+        "(MEMPROXY_REQUIRE_USER is on)",
+    )
+
+
+def _signed_user(
+    headers: Mapping[str, str],
+    header_names: Sequence[str],
+    key: ApiKey | None,
+    secret: str,
+    *,
+    require_user: bool,
+) -> str:
+    for name in header_names:
+        if (headers.get(name) or "").strip():
+            raise AuthenticationFailed(
+                f"the {name} header is not accepted: memproxy takes the user only from Open "
+                f"WebUI's signed {USER_TOKEN_HEADER} (MEMPROXY_OPENWEBUI_JWT_SECRET is set); set "
+                "FORWARD_USER_INFO_HEADER_JWT_SECRET on Open WebUI to the same value",
+                param=name,
+                code="unsigned_user_header",
+            )
+    token = (headers.get(USER_TOKEN_HEADER) or "").strip()
+    token_user = verify_user_token(token, secret) if token else None
+    if key is not None and key.user_id is not None:
+        _check_bound(key.user_id, token_user, USER_TOKEN_HEADER)
+        return key.user_id
+    if token_user:
+        return token_user
+    return _nobody(
+        require_user,
+        f"no user given: send Open WebUI's signed {USER_TOKEN_HEADER}, or use a key bound to a "
+        "user (MEMPROXY_REQUIRE_USER is on)",
+    )
+
+
+def verify_user_token(token: str, secret: str) -> str:
+    """The user id (``sub``) of a valid Open WebUI user token; 401 ``invalid_user_token`` else."""
+    try:
+        claims = jwt.decode(
+            token,
+            secret,
+            algorithms=["HS256"],  # what Open WebUI signs with; never what the token says
+            issuer=USER_TOKEN_ISSUER,
+            leeway=USER_TOKEN_LEEWAY_SECONDS,
+            options={"require": ["exp", "iss", "sub"]},
         )
+    except jwt.ExpiredSignatureError:
+        raise _bad_token("it has expired") from None
+    except jwt.ImmatureSignatureError:
+        raise _bad_token("it is not valid yet (check both machines' clocks)") from None
+    except jwt.InvalidSignatureError:
+        raise _bad_token("its signature does not match MEMPROXY_OPENWEBUI_JWT_SECRET") from None
+    except jwt.InvalidIssuerError:
+        raise _bad_token(f"its issuer is not {USER_TOKEN_ISSUER!r}") from None
+    except jwt.MissingRequiredClaimError as exc:
+        raise _bad_token(f"it has no {exc.claim!r} claim") from None
+    except jwt.InvalidTokenError as exc:
+        raise _bad_token(f"it is malformed ({exc})") from None
+    subject = claims.get("sub")
+    user = clean_user_id(subject, USER_TOKEN_HEADER) if isinstance(subject, str) else None
+    if not user:
+        raise _bad_token("its 'sub' claim names no user")
+    return user
+
+
+def _bad_token(why: str) -> AuthenticationFailed:
+    return AuthenticationFailed(
+        f"the {USER_TOKEN_HEADER} user token is not valid: {why}",
+        param=USER_TOKEN_HEADER,
+        code="invalid_user_token",
+    )
+
+
+def _check_bound(bound: str, named: str | None, where: str) -> None:
+    if named and named != bound:
+        raise PermissionDenied(
+            f"this API key is bound to another user and cannot act for the user named in the "
+            f"{where}",
+            code="user_mismatch",
+        )
+
+
+def _nobody(require_user: bool, message: str) -> str:
+    if require_user:
+        raise UserRequired(message)
     return ANONYMOUS
 
 

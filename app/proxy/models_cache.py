@@ -50,7 +50,7 @@ class ModelsCache:
                 body = await response.aread()
             except httpx.HTTPError as exc:
                 raise UpstreamUnreachable(
-                    f"the upstream at {self._upstream.base_url} broke off while sending the model "
+                    f"the upstream at {self._upstream.shown_url} broke off while sending the model "
                     f"list ({type(exc).__name__})"
                 ) from None
             finally:

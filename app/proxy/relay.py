@@ -10,12 +10,17 @@ at event boundaries (``\\n\\n``): a chunk ending mid-event waits for the rest of
 when the upstream breaks off mid-stream the client's last event is whole and the final
 ``data: {"error": ...}`` event memproxy adds is readable. A copy of the bytes (capped) is kept
 for the completion hook, which reads the assistant's text from it after the response is done.
+
+An exchange that fails on the upstream's side is logged once, at WARNING, with the upstream URL
+(password masked), the status answered and the cause: an answer of 5xx (unreachable: 502,
+timeout: 504, or the upstream's own 5xx), or a body broken off mid-way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,9 +30,18 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.errors import MemproxyError, UpstreamStatusError, error_body
+from app.errors import (
+    MemproxyError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+    error_body,
+)
+from app.log import mask_url
 from app.proxy.hooks import Outcome
 from app.proxy.upstream import Upstream
+
+logger = logging.getLogger("memproxy.upstream")
 
 MAX_CAPTURE_BYTES = 8 * 1024 * 1024
 """Most bytes of a response kept for the completion hook; beyond it the copy is cut."""
@@ -108,6 +122,8 @@ class ProxyResponse(Response):
             )
             state.status = status
             state.sent_last = True
+            if status >= 500:
+                self._log_failure(status, _cause(exc), exc.message)
             await _send_json(send, status, exc.to_body(), self.extra_headers)
             return
         notes["upstream_ms"] = round((time.perf_counter() - started) * 1000, 1)  # access log
@@ -149,6 +165,10 @@ class ProxyResponse(Response):
                     self.on_first_byte = None
         except httpx.HTTPError as exc:
             state.outcome = Outcome.UPSTREAM_FAILED
+            cause = "timeout" if isinstance(exc, httpx.TimeoutException) else "broken off"
+            self._log_failure(
+                response.status_code, f"{cause} mid-body", f"{type(exc).__name__}: {exc}"
+            )
             if sse:  # a partial event is dropped: the client gets whole events, then the error
                 await send(
                     {"type": "http.response.body", "body": _error_event(exc), "more_body": True}
@@ -156,6 +176,29 @@ class ProxyResponse(Response):
             pending = b""
         state.sent_last = True
         await send({"type": "http.response.body", "body": pending, "more_body": False})
+
+    def _log_failure(self, status: int, cause: str, detail: str) -> None:
+        request = self.upstream_request
+        url = mask_url(str(request.url))
+        logger.warning(
+            "upstream %s %s failed: %s (answered %d): %s",
+            request.method,
+            url,
+            cause,
+            status,
+            detail[:300],  # an upstream's own message: bounded, whatever it sent
+            extra={"fields": {"upstream_url": url, "status": status, "cause": cause}},
+        )
+
+
+def _cause(exc: MemproxyError) -> str:
+    if isinstance(exc, UpstreamTimeout):
+        return "timeout"
+    if isinstance(exc, UpstreamUnreachable):
+        return "unreachable"
+    if isinstance(exc, UpstreamStatusError):
+        return f"upstream status {exc.upstream_status}"
+    return type(exc).__name__
 
 
 class _Exchange:

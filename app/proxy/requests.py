@@ -1,14 +1,16 @@
 """What kind of request this is, and what memory may do with it.
 
 Open WebUI sends its background jobs (chat title, tags, follow-ups, search queries, autocomplete,
-emoji, image prompt) through the same `/chat/completions` endpoint as the chat itself. Memory must
-not recall into them or learn from them, so each request gets a :class:`RequestKind`:
+emoji, image prompt, its own memory's review, context compaction) through the same
+`/chat/completions` endpoint as the chat itself. Memory must not recall into them or learn from
+them, so each request gets a :class:`RequestKind`:
 
 1. the task header (``X-OpenWebUI-Task``, configurable) with a non-empty value: ``task``;
 2. the last message is a tool (or legacy function) result: ``tool_continuation``;
-3. a lone user message that is one of Open WebUI's task templates: ``task``. Open WebUI's RAG
+3. a system prompt that is one of Open WebUI's task prompts (its memory reviewer's): ``task``;
+4. a lone user message that is one of Open WebUI's task templates: ``task``. Open WebUI's RAG
    template also starts with ``### Task:`` but is the user's own chat: it stays ``chat``;
-4. anything else: ``chat``.
+5. anything else: ``chat``.
 """
 
 from __future__ import annotations
@@ -89,7 +91,15 @@ _TASK_TEMPLATES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("image_prompt_generation", r"Generate a detailed prompt for am image generation task"),
         ("emoji_generation", r"Your task is to reflect the speaker's likely facial expression"),
         ("moa_response_generation", r"You have been provided with a set of responses from various"),
+        # Its built-in memory's periodic review (backend/open_webui/utils/memory.py) and the
+        # summary that replaces old turns of a long chat (utils/context_compaction.py).
+        ("memory_review", r"Review the completed conversation turn and decide whether long-term"),
+        ("context_compaction", r"Summarize the conversation history that will be compacted"),
     )
+)
+# System prompts that only Open WebUI's own background requests use.
+_SYSTEM_TASKS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("memory_review", re.compile(r"\A\s*You are Open WebUI['’]s private memory reviewer", re.I)),
 )
 _RAG_TEMPLATE = re.compile(r"\A\s*###\s*Task:\s*Respond to the user query", re.IGNORECASE)
 _CUSTOM_TASK = re.compile(r"\A\s*###\s*Task:", re.IGNORECASE)
@@ -132,6 +142,12 @@ def classify(messages: list[dict[str, Any]], task_header: str | None) -> Classif
     last_role = messages[-1].get("role")
     if last_role in ("tool", "function"):
         return Classification(RequestKind.TOOL_CONTINUATION)
+    for message in messages:
+        if message.get("role") in ("system", "developer"):
+            text = message_text(message.get("content"))
+            for name, pattern in _SYSTEM_TASKS:
+                if pattern.match(text):
+                    return Classification(RequestKind.TASK, name)
     conversation = [m for m in messages if m.get("role") not in ("system", "developer")]
     if len(conversation) == 1 and conversation[0].get("role") == "user":
         task = _template_task(message_text(conversation[0].get("content")))

@@ -25,7 +25,7 @@ from app.proxy.hooks import (
     Preparation,
     RequestContext,
 )
-from app.proxy.identity import resolve_user
+from app.proxy.identity import resolve_user, token_secret
 from app.proxy.relay import ProxyResponse
 from app.proxy.requests import classify, parse_memory_mode
 from app.proxy.upstream import Upstream
@@ -44,6 +44,7 @@ class ChatProxy:
         self._user_headers = tuple(settings.user_id_headers)
         self._task_header = settings.task_header
         self._require_user = settings.require_user
+        self._jwt_secret = token_secret(settings)
 
     async def chat(self, request: Request, key: ApiKey | None, request_id: str) -> Response:
         raw = await read_body(request, self._max_body)
@@ -52,7 +53,12 @@ class ChatProxy:
         headers = request.headers
         mode = parse_memory_mode(headers.get("x-memory"))
         user_id = resolve_user(
-            headers, self._user_headers, checked.user, key, require_user=self._require_user
+            headers,
+            self._user_headers,
+            checked.user,
+            key,
+            require_user=self._require_user,
+            jwt_secret=self._jwt_secret,
         )
         kind = classify(data["messages"], headers.get(self._task_header))
         ctx = RequestContext(

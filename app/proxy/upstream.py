@@ -12,8 +12,9 @@ Header policy (what goes upstream):
 - ``X-Request-Id``: this request's id, so upstream logs can be matched with ours.
 
 Errors: refused connection or unresolvable host -> :class:`UpstreamUnreachable` (502); any
-timeout -> :class:`UpstreamTimeout` (504); both name the URL and the setting to change. An HTTP
-error status -> :class:`UpstreamStatusError` carrying the upstream's status and body.
+timeout -> :class:`UpstreamTimeout` (504); both name the URL (a password in it masked) and the
+setting to change. An HTTP error status -> :class:`UpstreamStatusError` carrying the upstream's
+status and body.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import httpx
 
 from app.config import Settings
 from app.errors import UpstreamStatusError, UpstreamTimeout, UpstreamUnreachable
+from app.log import mask_url
 from app.metrics import Metrics
 from app.proxy.transport import LeanTransport
 
@@ -102,6 +104,8 @@ class Upstream:
         # transport (closing it closes the pool); each request carries the client's timeouts.
         self._transport = transport
         self.base_url = settings.upstream_base_url
+        self.shown_url = mask_url(self.base_url)
+        """The base URL as messages and logs show it: a password in it masked."""
         self._api_key = (
             settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
         )
@@ -168,7 +172,7 @@ class Upstream:
             self._observe(request, "unreachable", started)
             reason = f"{type(exc).__name__}: {exc or 'no detail'}"
             raise UpstreamUnreachable(
-                f"cannot reach the upstream at {self.base_url} ({reason}); check that it is "
+                f"cannot reach the upstream at {self.shown_url} ({reason}); check that it is "
                 "running and that MEMPROXY_UPSTREAM_BASE_URL points at it"
             ) from None
         self._observe(request, f"{response.status_code // 100}xx", started)
@@ -203,7 +207,7 @@ class Upstream:
                 "MEMPROXY_UPSTREAM_READ_TIMEOUT_SECONDS",
             )
         return UpstreamTimeout(
-            f"the upstream at {self.base_url} did not {what} within {seconds:g} s; "
+            f"the upstream at {self.shown_url} did not {what} within {seconds:g} s; "
             f"check it, or raise {setting}"
         )
 

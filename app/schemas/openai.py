@@ -178,7 +178,7 @@ class ErrorDetail(BaseModel):
     message: str
     type: str
     param: str | None = None
-    code: str | int | None = None
+    code: str | None = None
 
 
 class ErrorResponse(BaseModel):

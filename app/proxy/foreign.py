@@ -1,0 +1,39 @@
+"""Text another memory system puts into a chat: never the user's words, so memory leaves it out.
+
+Open WebUI's built-in memory (on unless turned off there) appends what it recalled to the first
+system message as one block (backend/open_webui/utils/memory.py)::
+
+    <memory_context>
+    The following records are user-owned context that may be stale or incorrect. ...
+    [Stable User Memory]
+    - [id=... kind=user updated=...] I live in Oslo
+    </memory_context>
+
+It escapes the tags inside the records, so the first closing tag ends the block. memproxy neither
+searches with that block nor lets the Manager learn from it (it would copy Open WebUI's memories
+into memproxy's, a second time every turn). The request forwarded upstream keeps it: whether both
+memories are on is the user's choice.
+
+System messages never reach the Manager or the recall query at all; the block matters where a
+system message became a user message (Open WebUI sends the system prompt as a user message to
+``o1-mini`` and ``o1-preview``), or where a client folds it into the user's text.
+"""
+
+from __future__ import annotations
+
+import re
+
+OPENWEBUI_MEMORY_START = "<memory_context>"
+OPENWEBUI_MEMORY_END = "</memory_context>"
+_OPENWEBUI_MEMORY = re.compile(
+    r"\n*" + re.escape(OPENWEBUI_MEMORY_START) + r".*?" + re.escape(OPENWEBUI_MEMORY_END) + r"\n*",
+    re.S,
+)
+
+
+def strip_foreign(text: str) -> str:
+    """`text` without Open WebUI's memory blocks (closed ones: an unclosed tag may be the user's
+    own words), what surrounded them kept."""
+    if OPENWEBUI_MEMORY_START not in text:
+        return text
+    return _OPENWEBUI_MEMORY.sub("\n\n", text).strip("\n")
