@@ -38,6 +38,7 @@ bench: install
 	$(BIN)/python bench/recall_eval.py
 	$(BIN)/python bench/recall_bench.py
 	$(BIN)/python bench/manager_overhead.py
+	$(BIN)/python bench/loop_stall.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

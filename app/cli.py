@@ -153,14 +153,14 @@ def _check_database(args: argparse.Namespace, settings: Settings, *, create: boo
 def _serve(settings: Settings) -> int:
     import uvicorn
 
+    from app.server import uvicorn_options  # header and connection limits, slow clients
+
     uvicorn.run(
         "app.main:create_served_app",
         factory=True,
         host=settings.host,
         port=settings.port,
-        access_log=False,  # memproxy logs one line per request itself, with its request id
-        server_header=False,
-        log_level=settings.log_level.lower(),
+        **uvicorn_options(settings),
     )
     return 0
 

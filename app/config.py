@@ -6,6 +6,7 @@ passes its own), so two apps with different settings can live in one process.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -59,16 +60,36 @@ class Settings(BaseSettings):
     upstream_check_at_start: bool = True
     """Ask the upstream for its model list once at start and warn when it does not answer or
     refuses the key (start never fails on it)."""
+    upstream_ca_file: str = ""
+    """PEM file of CA certificates to trust for an HTTPS upstream and Manager, beside the usual
+    ones: for a server whose certificate a private CA signed."""
+    upstream_verify: bool = True
+    """Check the TLS certificate of an HTTPS upstream and Manager. false: not checked at all
+    (anyone on the network path can read and change the chats; warned at start)."""
     models_cache_seconds: float = Field(default=10.0, ge=0)
     """How long a `/v1/models` answer is reused (Open WebUI asks on every chat). 0 disables."""
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     """Largest request body accepted (413 beyond it); large enough for several base64 images."""
+    memory_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    """Largest body the memory API accepts (413 beyond it): an import of ~50,000 typical
+    memories; a bigger export is imported in parts (import is idempotent on id)."""
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    """Largest request line plus headers `memproxy serve` reads (431 beyond it)."""
+    client_header_timeout_seconds: float = Field(default=10.0, gt=0)
+    """How long `memproxy serve` waits for a request's headers once a connection is open or a
+    request has begun (408, or the connection closed when nothing came)."""
+    client_body_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Longest pause while a request body arrives before the request is answered 408."""
+    max_connections: int = Field(default=1000, ge=1)
+    """Connections and requests `memproxy serve` handles at once; beyond it requests get 503."""
 
     # --- storage ------------------------------------------------------------------------------
     database_url: str = "sqlite+aiosqlite:///./data/memproxy.db"
     """SQLAlchemy async URL of the memory database (PostgreSQL: postgresql+asyncpg://...)."""
     sqlite_busy_timeout_seconds: float = Field(default=5.0, ge=0)
-    """How long a SQLite write waits for another process's write before failing."""
+    """How long a SQLite write waits for another process's write before it tries again (a write
+    gives up after a minute of a locked database); also the longest a chat's first byte waits
+    for its Manager job to be written."""
 
     # --- memory: embeddings, recall and injection ------------------------------------------
     embedding_model: str = ""
@@ -150,6 +171,20 @@ class Settings(BaseSettings):
     openwebui_jwt_secret: SecretStr | None = None
     """Open WebUI's FORWARD_USER_INFO_HEADER_JWT_SECRET: the user then comes only from its signed
     X-OpenWebUI-User-Jwt; plain user headers are refused (401). Empty: unsigned headers."""
+    unbound_keys_name_users: bool = True
+    """A key of MEMPROXY_API_KEYS bound to no user (`key`, not `key:user`) may name any user with
+    the user headers or the body's `user` (how one Open WebUI key serves all its users). false:
+    such a key is `anonymous` (401 with MEMPROXY_REQUIRE_USER) and a user header sent with it is
+    refused (403). Open WebUI's signed token names users either way."""
+    metrics_require_key: bool = True
+    """With keys set (MEMPROXY_API_KEYS or MEMPROXY_ADMIN_KEYS), `/metrics` needs one of them as a
+    bearer key, 401 otherwise (Prometheus: `authorization: {credentials: KEY}`); false: open."""
+    docs_enabled: bool = True
+    """Serve the API's description: `/openapi.json`, `/docs` and `/redoc` (false: 404)."""
+    docs_require_key: bool = True
+    """With keys set (MEMPROXY_API_KEYS or MEMPROXY_ADMIN_KEYS), the API's description needs one
+    of them as a bearer key, 401 otherwise (a browser cannot send one to `/docs`: fetch
+    `/openapi.json` with curl, or set false on a trusted network)."""
 
     @field_validator("api_keys", "admin_keys", "user_id_headers", mode="before")
     @classmethod
@@ -171,6 +206,19 @@ class Settings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
+
+    @field_validator("upstream_ca_file")
+    @classmethod
+    def _readable_ca_file(cls, value: str) -> str:
+        # Checked here, so that a bad file stops the start with one line naming the setting.
+        if value:
+            try:
+                ssl.create_default_context(cafile=value)
+            except ssl.SSLError:  # an OSError too: caught first
+                raise ValueError("expected a PEM file of CA certificates") from None
+            except OSError as exc:
+                raise ValueError(f"cannot read it ({exc.strerror or exc})") from None
+        return value
 
     @property
     def parsed_api_keys(self) -> tuple[ApiKey, ...]:

@@ -17,7 +17,7 @@ from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import ApiKey, Settings
-from app.errors import InvalidRequest, PermissionDenied
+from app.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
 from app.memory.jobs import JobQueue
 from app.memory.service import MemoryService
 from app.memory.store import MemoryStore
@@ -73,6 +73,31 @@ async def get_caller(request: Request) -> Caller:
 CallerDep = Annotated[Caller, Depends(get_caller)]
 
 
+def authenticate(
+    services: Services, authorization: str | None, *, admin_allowed: bool
+) -> tuple[bool, ApiKey | None]:
+    """(an admin key?, the matched client key): 401 unless the bearer key is accepted. Admin keys
+    count only where `admin_allowed` (the memory API). Also run by app.body_guard before a body
+    is read, so an unauthenticated client never gets to send one."""
+    if admin_allowed:
+        token = bearer_token(authorization)
+        if token is not None and services.admins.match(token) is not None:
+            return True, None
+    return False, services.authenticator.authenticate(authorization)
+
+
+def check_any_key(services: Services, authorization: str | None) -> None:
+    """401 unless `authorization` carries a client or an admin key; with neither kind configured
+    (an open server) there is nothing to check. For the operator's pages: metrics, the docs."""
+    if not (services.authenticator.enabled or services.admins.enabled):
+        return
+    token = bearer_token(authorization)
+    if not token:
+        raise AuthenticationFailed("missing API key: send it as 'Authorization: Bearer <key>'")
+    if services.admins.match(token) is None and services.authenticator.match(token) is None:
+        raise AuthenticationFailed("invalid API key")
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryCaller:
     """A memory API request: the service, and the one user whose memories it may touch."""
@@ -95,10 +120,7 @@ async def get_memory_caller(
     allow there); with keys, ``?user=`` needs an admin key (403 otherwise).
     """
     services: Services = request.app.state.services
-    authorization = request.headers.get("authorization")
-    token = bearer_token(authorization)
-    admin = token is not None and services.admins.match(token) is not None
-    key = None if admin else services.authenticator.authenticate(authorization)
+    admin, key = authenticate(services, request.headers.get("authorization"), admin_allowed=True)
     open_server = not services.authenticator.enabled and not services.admins.enabled
     if user is not None:
         if not (admin or open_server):
@@ -116,6 +138,7 @@ async def get_memory_caller(
             key,
             require_user=settings.require_user,
             jwt_secret=token_secret(settings),
+            unbound_names_users=settings.unbound_keys_name_users,
         )
     request.state.user_id = user_id  # for the access log line
     return MemoryCaller(services.memory, services.settings, user_id)

@@ -6,12 +6,15 @@ Exception tree (each class fixes its HTTP status, `type` and default `code`)::
     ├── InvalidRequest                 400 invalid_request_error
     │   ├── InvalidJSON                400   code=invalid_json
     │   ├── ValidationFailed           422   code=invalid_value (param names the field)
-    │   └── BodyTooLarge               413   code=body_too_large
+    │   ├── BodyTooLarge               413   code=body_too_large
+    │   ├── RequestTimeout             408   code=request_timeout (headers or body stalled)
+    │   └── HeadersTooLarge            431   code=headers_too_large
     ├── AuthenticationFailed           401 authentication_error  code=invalid_api_key
     │   └── UserRequired               401   code=user_required
     ├── PermissionDenied               403 permission_error
     ├── NotFound                       404 not_found_error
     ├── Conflict                       409 conflict_error
+    ├── ServerBusy                     503 server_error  code=server_busy (MEMPROXY_MAX_CONNECTIONS)
     └── UpstreamError                  502 upstream_error
         ├── UpstreamUnreachable        502   code=upstream_unreachable
         ├── UpstreamTimeout            504   code=upstream_timeout
@@ -34,6 +37,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+
+from app.schemas.checks import shown
 
 logger = logging.getLogger("memproxy.errors")
 
@@ -93,6 +98,16 @@ class BodyTooLarge(InvalidRequest):
     default_code = "body_too_large"
 
 
+class RequestTimeout(InvalidRequest):
+    status_code = 408
+    default_code = "request_timeout"
+
+
+class HeadersTooLarge(InvalidRequest):
+    status_code = 431
+    default_code = "headers_too_large"
+
+
 class AuthenticationFailed(MemproxyError):
     status_code = 401
     error_type = "authentication_error"
@@ -125,6 +140,15 @@ class Conflict(MemproxyError):
     default_code = "conflict"
 
 
+class ServerBusy(MemproxyError):
+    status_code = 503
+    default_code = "server_busy"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
 class UpstreamError(MemproxyError):
     status_code = 502
     error_type = "upstream_error"
@@ -140,15 +164,21 @@ class UpstreamTimeout(UpstreamError):
 
 
 class UpstreamStatusError(UpstreamError):
-    """The upstream answered an HTTP error: relayed with its status, the body made OpenAI-shaped."""
+    """The upstream answered an HTTP error: relayed with its status, the body made OpenAI-shaped,
+    and the `headers` the client needs to retry (``Retry-After``, rate limits)."""
 
-    def __init__(self, status: int, body: bytes):
+    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None):
         self.upstream_status = status
         self.body = normalise_upstream_error(status, body)
+        self.retry_headers = headers or {}
         super().__init__(self.body["error"]["message"])
 
     def to_body(self) -> dict[str, Any]:
         return self.body
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self.retry_headers
 
 
 def normalise_upstream_error(status: int, body: bytes) -> dict[str, Any]:
@@ -211,10 +241,15 @@ def install_error_handlers(app: FastAPI) -> None:
         first = exc.errors()[0] if exc.errors() else {"msg": "invalid request", "loc": ()}
         if first.get("type") == "json_invalid":  # as the chat route answers a broken body
             return json_response(400, InvalidJSON("request body is not valid JSON").to_body())
-        param = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
-        body = error_body(
-            str(first["msg"]), "invalid_request_error", param=param, code="invalid_value"
-        )
+        # The location holds the client's own keys (an unknown field): made safe to echo.
+        param = shown(".".join(str(p) for p in first.get("loc", ()) if p != "body")) or None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        if first.get("type") == "string_unicode":  # pydantic's words name no cause
+            name = first.get("input")
+            if param is None and isinstance(name, str):  # the name of a field is the bad string
+                param = shown(name)
+            message = f"{param or 'value'} must be valid Unicode (not a lone surrogate: \\ud800)"
+        body = error_body(message, "invalid_request_error", param=param, code="invalid_value")
         return json_response(422, body)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:

@@ -14,11 +14,17 @@ go through the same formatter, so every line parses.
 
 What is never logged at INFO or above: message content, memory texts, keys. DEBUG adds the
 memories injected into each chat (their texts), for diagnosing recall on a private machine.
+
+A record is always one line, whatever a client put in it (a path with ``%0d%0a``, a user id with
+C1 controls): the text format escapes control characters in everything but the traceback (see
+:func:`escape_controls`), and the JSON format escapes them in strings (orjson the C0 ones,
+:class:`JsonFormatter` DEL, C1 and the Unicode line separators).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +44,38 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+def _control_escapes() -> dict[int, str]:
+    table = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+    table |= {0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+    return table
+
+
+_CONTROL_ESCAPES = _control_escapes()
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_JSON_ESCAPES = {code: f"\\u{code:04x}" for code in (0x7F, *range(0x80, 0xA0), 0x2028, 0x2029)}
+_JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every character that could end or forge a log line written as an escape:
+    CR and LF as ``\\r`` and ``\\n``, other C0 and C1 controls and DEL as ``\\xNN``, the Unicode
+    line and paragraph separators as ``\\u2028``/``\\u2029``. Printable text is unchanged."""
+    # The search first: nearly every line has nothing to escape, and translate() copies.
+    return text.translate(_CONTROL_ESCAPES) if _CONTROL.search(text) else text
+
+
+class TextFormatter(logging.Formatter):
+    """``_TEXT_FORMAT``, one line per record: client input in the message or any field (a path,
+    a user id, an error message quoting the body) cannot start a line of its own. The exception
+    traceback, appended after, is memproxy's own text and keeps its lines."""
+
+    def __init__(self) -> None:
+        super().__init__(_TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record (see the module docstring for its keys)."""
 
@@ -54,7 +92,10 @@ class JsonFormatter(logging.Formatter):
             line.update(fields)
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(line, default=str).decode()
+        text = orjson.dumps(line, default=str).decode()
+        # orjson escapes C0 controls only; DEL, C1 controls and U+2028/9 (which splitlines(),
+        # terminals and some viewers take as line breaks) can only sit inside a string here.
+        return text.translate(_JSON_ESCAPES) if _JSON_RAW.search(text) else text
 
 
 def memproxy_handler() -> logging.Handler | None:
@@ -67,7 +108,7 @@ def configure_logging(level: str, log_format: str = "text") -> None:
     """Give the `memproxy` loggers one handler in `log_format` (idempotent: a second call
     replaces the format and level). Python warnings are logged through it in both formats; in
     json mode uvicorn's loggers and the root logger use it too, so no line is raw text."""
-    formatter = JsonFormatter() if log_format == "json" else logging.Formatter(_TEXT_FORMAT)
+    formatter = JsonFormatter() if log_format == "json" else TextFormatter()
     root = logging.getLogger("memproxy")
     root.setLevel(level.upper())
     handler = memproxy_handler()

@@ -18,7 +18,8 @@ from fastapi import FastAPI
 from pydantic_ai.models import Model
 
 from app import __version__, startup
-from app.api import chat, health, memories, models, relay
+from app.api import chat, docs, health, memories, models, relay
+from app.body_guard import BodyGuard
 from app.config import ApiKey, Settings
 from app.deps import Services
 from app.errors import install_error_handlers
@@ -132,13 +133,24 @@ def create_app(
             if embedder is None:
                 text_embedder.close()
 
-    app = FastAPI(title="memproxy", version=__version__, lifespan=lifespan)
+    # No built-in docs routes: app/api/docs.py serves them, behind a key when keys are set.
+    app = FastAPI(
+        title="memproxy",
+        version=__version__,
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
     install_error_handlers(app)
     app.include_router(health.router)
+    if settings.docs_enabled:
+        app.include_router(docs.router)
     app.include_router(chat.router)
     app.include_router(models.router)
     app.include_router(memories.router)
     app.include_router(relay.router)  # last: its /v1/{path} catches what the others do not
+    app.add_middleware(BodyGuard, settings=settings)  # inside the request id: refusals logged
     app.add_middleware(RequestIdMiddleware, metrics=metrics)
     return app
 

@@ -12,6 +12,7 @@ import os
 import re
 import time
 from typing import Any
+from urllib.parse import quote
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -24,6 +25,8 @@ _TIMINGS = (("memory_ms", "ms"), ("injected", ""), ("upstream_ms", "ms"))
 preparing memory (recall), memories injected, time until the upstream's response headers."""
 _PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 _SANE_ID = re.compile(r"\A[A-Za-z0-9._:\-]{1,128}\Z")
+_PATH_SAFE = "/!$&'()*+,;=:@~-._"
+"""What a path shows unencoded when the server gave no raw path (RFC 3986 pchar)."""
 
 
 class RequestIdMiddleware:
@@ -77,9 +80,17 @@ def _log_request(scope: Scope, state: dict[str, Any], status: int, seconds: floa
         "user": state.get("user_id"),
         "kind": state.get("kind"),
     }
+    # Fields are split at spaces: the path as it came on the wire (percent-encoded, so a decoded
+    # space cannot fake a field; control characters are escaped by the text formatter).
+    # (Some servers, httpx's ASGI transport among them, leave the query in `raw_path`: cut.)
+    raw_path = scope.get("raw_path")
+    if raw_path:
+        shown_path = raw_path.partition(b"?")[0].decode("latin-1")
+    else:
+        shown_path = quote(scope["path"], safe=_PATH_SAFE)
     text = (
-        f"{fields['method']} {fields['path']} {status or '-'} {fields['duration_ms']:.1f}ms "
-        f"user={fields['user'] or '-'} kind={fields['kind'] or '-'}"
+        f"{fields['method']} {shown_path} {status or '-'} {fields['duration_ms']:.1f}ms "
+        f"user={_value(fields['user'])} kind={fields['kind'] or '-'}"
     )
     for name, unit in _TIMINGS:
         value = state.get(name)
@@ -87,6 +98,16 @@ def _log_request(scope: Scope, state: dict[str, Any], status: int, seconds: floa
             fields[name] = value
             text += f" {name.removesuffix('_ms')}={value}{unit}"
     logger.log(level, text, extra={"fields": fields})
+
+
+def _value(value: str | None) -> str:
+    """A client-chosen value (a user id) as one field of the text line: double-quoted, with
+    ``"`` and ``\\`` escaped, when it has a space, a quote or an ``=`` (logfmt's rule)."""
+    if not value:
+        return "-"
+    if any(c in value for c in ' "=\\'):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return value
 
 
 def _client_id(scope: Scope) -> str | None:

@@ -58,7 +58,8 @@ def redact(url: str) -> str:
 
 
 def report(settings: Settings, *, embedding_model: str, keys: int) -> None:
-    """Log :func:`summary`, then warn about an open server."""
+    """Log :func:`summary`, then warn about an open server, about keys that may name any user,
+    and about upstream certificates left unchecked."""
     for line in summary(settings, embedding_model=embedding_model, keys=keys):
         logger.info("%s", line)
     if keys == 0:
@@ -68,6 +69,26 @@ def report(settings: Settings, *, embedding_model: str, keys: int) -> None:
             "MEMPROXY_API_KEYS is empty: anyone who can reach this server can use it%s; set "
             "keys before exposing it beyond this machine",
             who,
+        )
+    if not settings.upstream_verify:
+        logger.warning(
+            "MEMPROXY_UPSTREAM_VERIFY=false: the TLS certificates of the upstream and the Manager "
+            "are not checked; anyone on the network path can read and change the chats and the "
+            "keys sent to them (trust a private CA with MEMPROXY_UPSTREAM_CA_FILE instead)"
+        )
+    unbound = sum(1 for key in settings.parsed_api_keys if key.user_id is None)
+    if unbound and settings.unbound_keys_name_users and not token_secret(settings):
+        # Whoever holds such a key can read and delete every user's memories: said at WARNING.
+        logger.warning(
+            "%d of the %d MEMPROXY_API_KEYS %s bound to no user: whoever holds one can name any "
+            "user (%s, or the body's 'user') and read, export and delete that user's memories. "
+            "Bind each key to its user (key:user), set MEMPROXY_OPENWEBUI_JWT_SECRET so that "
+            "only Open WebUI's signed token names users, or set "
+            "MEMPROXY_UNBOUND_KEYS_NAME_USERS=false",
+            unbound,
+            len(settings.parsed_api_keys),
+            "is" if unbound == 1 else "are",
+            ", ".join(settings.user_id_headers) or "no user header",
         )
 
 

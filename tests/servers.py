@@ -21,9 +21,11 @@ from tests.fakes import FakeEmbedder
 
 
 @contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Run `app` with uvicorn on 127.0.0.1 (free port); yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False)
+def serve(app: Any, **options: Any) -> Iterator[str]:
+    """Run `app` with uvicorn on 127.0.0.1 (free port); yields its base URL. `options` go to
+    `uvicorn.Config` (e.g. app.server.uvicorn_options: what `memproxy serve` runs with)."""
+    options = {"log_level": "warning", "access_log": False} | options
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, **options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -34,7 +36,7 @@ def serve(app: Any) -> Iterator[str]:
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if options.get('ssl_certfile') else 'http'}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(15)

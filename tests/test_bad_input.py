@@ -7,7 +7,8 @@ import orjson
 import pytest
 import respx
 
-from tests.helpers import assert_openai_error, chat_body, completion_json
+from app.proxy.hooks import Preparation, RequestContext
+from tests.helpers import RecordingHooks, assert_openai_error, chat_body, completion_json
 
 BAD_BODIES = [
     # (id, raw body, status, param)
@@ -75,6 +76,25 @@ BAD_BODIES = [
         b'{"model": "m", "user": 12, "messages": [{"role": "user", "content": "x"}]}',
         422,
         "user",
+    ),
+    # A "\ud800" escape is JSON's grammar but not Unicode: named like any other bad field.
+    (
+        "lone-surrogate-content",
+        b'{"model": "m", "messages": [{"role": "user", "content": "a\\ud800b"}]}',
+        422,
+        "messages[0].content",
+    ),
+    (
+        "lone-low-surrogate-in-part",
+        b'{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "\\udfff"}]}]}',
+        422,
+        "messages[0].content[0].text",
+    ),
+    (
+        "lone-surrogate-key",
+        b'{"model": "m", "\\ud800": 1, "messages": [{"role": "user", "content": "x"}]}',
+        422,
+        "\\ud800",
     ),
 ]
 
@@ -176,3 +196,48 @@ async def test_unknown_content_part_types_are_forwarded(
     response = await client.post("/v1/chat/completions", json=body)
     assert response.status_code == 200
     assert orjson.loads(route.calls.last.request.content) == body
+
+
+def nested(levels: int) -> object:
+    """A JSON array `levels` deep: ``[[[...]]]``."""
+    value: object = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def inject(ctx: RequestContext) -> Preparation:
+    """What memory recall does to a chat body: a system message in front, the rest re-written."""
+    memories = {"role": "system", "content": "The user plays chess."}
+    return Preparation(body={**ctx.body, "messages": [memories, *ctx.body["messages"]]})
+
+
+async def test_a_body_too_deep_to_rewrite_is_422_naming_where(
+    make_client, upstream: respx.Router
+) -> None:
+    """orjson reads 1024 levels but writes 254: adding memories to a deeper body was a 500."""
+    route = upstream.post("/chat/completions").respond(json=completion_json())
+    client = await make_client(hooks=RecordingHooks(inject))
+    deep = chat_body(extra={"a": nested(300)})
+    response = await client.post("/v1/chat/completions", json=deep)
+    error = assert_openai_error(response, 422)
+    assert error["param"].startswith("extra.a[0][0]") and "254 levels" in error["message"]
+    assert "X-Memory: off" in error["message"] and not route.called
+    # Without memory the client's bytes go upstream untouched, however deep.
+    off = await client.post("/v1/chat/completions", json=deep, headers={"x-memory": "off"})
+    assert off.status_code == 200 and orjson.loads(route.calls.last.request.content) == deep
+    # As deep as orjson writes (the body itself is level 1) is still rewritten.
+    fits = chat_body(extra={"a": nested(252)})
+    assert (await client.post("/v1/chat/completions", json=fits)).status_code == 200
+    assert orjson.loads(route.calls.last.request.content)["messages"][0]["role"] == "system"
+
+
+async def test_a_deep_body_inside_a_message_is_422_naming_the_message(
+    make_client, upstream: respx.Router
+) -> None:
+    upstream.post("/chat/completions").respond(json=completion_json())
+    client = await make_client(hooks=RecordingHooks(inject))
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi", "x": nested(260)}]}
+    response = await client.post("/v1/chat/completions", json=body)
+    # The place in the client's body, not in the rewritten one (memories went in front).
+    assert assert_openai_error(response, 422)["param"].startswith("messages[0].x[0]")

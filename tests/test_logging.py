@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import shlex
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -18,8 +19,9 @@ from pydantic_ai import models
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from app import startup
 from app.config import Settings
-from app.log import memproxy_handler
+from app.log import RequestIdFilter, TextFormatter, configure_logging, memproxy_handler
 from app.main import create_app
 from app.proxy.hooks import RequestContext
 from app.startup import redact
@@ -335,10 +337,177 @@ async def test_a_stream_broken_off_mid_body_is_one_warning(
     app = build(upstream)
     capture(log, monkeypatch)
     async with running(app) as client:
-        response = await client.post("/v1/chat/completions", json=chat_body(stream=True))
-        assert response.status_code == 200 and b"upstream_disconnected" in response.content
+        # The answer is left unfinished on purpose (a server drops the connection), which
+        # httpx's in-process transport reports with an assertion.
+        with pytest.raises(AssertionError):
+            await client.post("/v1/chat/completions", json=chat_body(stream=True))
     (line,) = upstream_warnings(log)
     assert (
         "upstream POST http://upstream.test/v1/chat/completions failed: broken off mid-body "
         "(answered 200): ReadError: connection reset" in line
     )
+
+
+FORGED = "2026-11-23 12:00:00,000 INFO memproxy.access [forged] GET /v1/admin 200 1.0ms user=root"
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_client_input_cannot_forge_a_log_line(
+    upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch, log_format: str
+) -> None:
+    """A path with %0d%0a and a forged access line after it, a user id with C1 line breaks (NEL,
+    U+2028; a UTF-8 header and a body `user`): each request is exactly one line, the controls
+    escaped (text) or JSON-escaped (json), and `splitlines()`, which breaks at NEL too, agrees."""
+    upstream.post("/chat/completions").respond(json=completion_json())
+    app = build(upstream, log_format=log_format)
+    capture(log, monkeypatch)
+    nel_user = "ann\u0085" + FORGED
+    async with running(app) as client:
+        path = "/nothing%0d%0a" + FORGED.replace(" ", "%20") + "%0a%1b[2J%7f%c2%85"
+        assert (await client.get(path)).status_code == 404
+        headers = {"X-User-Id": nel_user.encode()}
+        assert (
+            await client.post("/v1/memories", json={"content": "x"}, headers=headers)
+        ).status_code == 201
+        body = chat_body(user="bob\u2028" + FORGED)
+        assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+    lines = log.getvalue().splitlines()
+    access = [line for line in lines if "memproxy.access" in line]
+    assert len(access) == 3, lines
+    assert all(FORGED not in line.split(" memproxy.access ")[0] for line in lines)
+    if log_format == "json":
+        records = [orjson.loads(line) for line in lines]  # every line is a whole record
+        paths = [r["path"] for r in records if r["logger"] == "memproxy.access"]
+        assert paths[0] == "/nothing\r\n" + FORGED + "\n\x1b[2J\x7f\x85"
+        users = [r["user"] for r in records if r["logger"] == "memproxy.access"]
+        assert users[1:] == [nel_user, "bob\u2028" + FORGED]
+    else:  # the path as sent (encoded: a decoded space would fake a field), users quoted
+        assert f" GET {path} 404 " in access[0]
+        assert f'user="ann\\x85{FORGED}" kind=-' in access[1]
+        assert f'user="bob\\u2028{FORGED}" kind=chat' in access[2]
+
+
+def test_the_text_format_keeps_the_traceback_and_escapes_the_rest() -> None:
+    """Every field is escaped (the message, a logger name, the request id); the exception's
+    traceback, appended after the line, is memproxy's own and keeps its lines."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(TextFormatter())
+    handler.addFilter(RequestIdFilter())
+    record_logger = logging.getLogger("memproxy.test-escape\n")
+    record_logger.addHandler(handler)
+    record_logger.propagate = False
+    try:
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            record_logger.exception("failed on %s", "/a\r\nforged\tline\x00")
+    finally:
+        record_logger.removeHandler(handler)
+    first, *traceback = stream.getvalue().splitlines()
+    assert first.endswith(r"memproxy.test-escape\n [-] failed on /a\r\nforged\x09line\x00")
+    assert traceback[0] == "Traceback (most recent call last):"
+    assert traceback[-1] == "ValueError: boom"
+
+
+def test_start_up_lines_never_show_url_passwords(
+    log: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upstream's and the Manager's base URLs may carry credentials: no start-up line shows
+    them (the database URL's are tested above)."""
+    settings = Settings(
+        upstream_base_url="http://proxyuser:PASS-UPSTREAM@upstream.example:8080/v1",
+        manager_enabled=True,
+        manager_base_url="https://mgr:PASS-MANAGER@manager.example/v1",
+        database_url="postgresql+asyncpg://memproxy:PASS-DB@db:5432/memproxy",
+        api_keys=["PASS-KEY-1", "PASS-KEY-2:ann"],
+    )
+    configure_logging("INFO", "text")
+    capture(log, monkeypatch)
+    startup.report(settings, embedding_model="fake-bow-64", keys=2)
+    text = log.getvalue()
+    assert "upstream: http://proxyuser:***@upstream.example:8080/v1" in text
+    assert "at https://mgr:***@manager.example/v1" in text
+    assert "PASS" not in text, text
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_a_whole_start_with_credentials_in_urls_never_shows_them(
+    log: io.StringIO, monkeypatch: pytest.MonkeyPatch, log_format: str
+) -> None:
+    """The real start: summary, warnings and the upstream check against a closed loopback port
+    (its failure names the upstream), with passwords in the upstream's and the Manager's URLs."""
+    port = free_port()
+    app = create_app(
+        Settings(
+            upstream_base_url=f"http://proxyuser:PASS-UPSTREAM@127.0.0.1:{port}/v1",
+            manager_enabled=True,
+            manager_base_url=f"http://mgr:PASS-MANAGER@127.0.0.1:{port}/v1",
+            manager_api_key="PASS-MANAGER-KEY",
+            upstream_api_key="PASS-UPSTREAM-KEY",
+            api_keys=["PASS-CLIENT-KEY"],
+            log_format=log_format,
+        ),
+        embedder=FakeEmbedder(),
+        manager_model=FunctionModel(lambda messages, info: ModelResponse(parts=[])),
+    )
+    capture(log, monkeypatch)
+    async with running(app):
+        await app.state.services.runner.drain(5)
+    text = log.getvalue()
+    assert "upstream not reachable at start" in text and "proxyuser:***@127.0.0.1" in text
+    assert "mgr:***@127.0.0.1" in text
+    assert "PASS" not in text, text
+
+
+def unbound_warnings(log: io.StringIO) -> list[str]:
+    return [line for line in log.getvalue().splitlines() if "bound to no user" in line]
+
+
+@pytest.mark.parametrize(
+    ("settings", "warned"),
+    [
+        ({"api_keys": ["sk-owui", "sk-b:bob", "sk-c"]}, True),
+        ({"api_keys": ["sk-a:ann", "sk-b:bob"]}, False),
+        ({"api_keys": ["sk-owui"], "openwebui_jwt_secret": "s" * 32}, False),
+        ({"api_keys": ["sk-owui"], "unbound_keys_name_users": False}, False),
+    ],
+    ids=["unbound", "all-bound", "jwt-secret", "turned-off"],
+)
+def test_unbound_keys_that_may_name_users_are_warned_about_at_start(
+    log: io.StringIO, monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any], warned: bool
+) -> None:
+    configure_logging("INFO", "text")
+    capture(log, monkeypatch)
+    startup.report(
+        make_settings(**settings), embedding_model="fake", keys=len(settings["api_keys"])
+    )
+    lines = unbound_warnings(log)
+    if not warned:
+        assert lines == []
+        return
+    (line,) = lines
+    assert " WARNING memproxy " in line
+    assert line.split(" [-] ", 1)[1].startswith(
+        "2 of the 3 MEMPROXY_API_KEYS are bound to no user: whoever holds one can name any user "
+        "(X-OpenWebUI-User-Id, X-User-Id, or the body's 'user') and read, export and delete"
+    )
+    assert "MEMPROXY_UNBOUND_KEYS_NAME_USERS=false" in line
+    assert "MEMPROXY_OPENWEBUI_JWT_SECRET" in line and "sk-" not in line
+
+
+async def test_a_user_id_cannot_fake_fields_of_the_text_access_line(
+    upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The text line is `key=value` fields split at spaces: a user id with spaces, quotes or `=`
+    is quoted (logfmt's rule), so a shell-style split still finds one user and the true kind."""
+    upstream.post("/chat/completions").respond(json=completion_json())
+    app = build(upstream)
+    capture(log, monkeypatch)
+    user = 'ann" kind=task user=root \\'
+    async with running(app) as client:
+        response = await client.post("/v1/chat/completions", json=chat_body(user=user))
+        assert response.status_code == 200
+    (line,) = [line for line in log.getvalue().splitlines() if " memproxy.access " in line]
+    fields = dict(token.split("=", 1) for token in shlex.split(line) if "=" in token)
+    assert (fields["user"], fields["kind"]) == (user, "chat")

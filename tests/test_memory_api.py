@@ -157,6 +157,30 @@ async def test_export_then_import_is_idempotent_and_keeps_dates(client: httpx.As
     assert [h["content"] for h in hits.json()["data"]] == ["Plays the cello"]
 
 
+async def test_metadata_at_the_limits_is_kept_exported_and_imported(
+    client: httpx.AsyncClient,
+) -> None:
+    """The edges of what is storable stay accepted: 64-bit extremes, 32 levels, astral text."""
+    deep: Any = {}
+    for _ in range(30):  # 31 levels, in the metadata object (level 1): 32
+        deep = {"d": deep}
+    metadata = {"max": 2**63 - 1, "min": -(2**63), "deep": deep, "emoji 😀": "naïve ☕ 😀"}
+    created = await add(client, "Drinks coffee ☕ daily 😀", metadata=metadata)
+    assert created["metadata"] == metadata
+    page = (await client.get("/v1/memories", params={"offset": 2**63 - 1}, headers=ANN)).json()
+    assert page["data"] == [] and page["total"] == 1 and page["offset"] == 2**63 - 1
+    export = await client.get("/v1/memories/export", headers=ANN)
+    line = orjson.loads(export.content)
+    assert line["metadata"] == metadata
+    moved = await client.post("/v1/memories/import", content=export.content, headers=BOB)
+    assert moved.status_code == 409  # the id is ann's; under a fresh id bob gets the same
+    fresh = orjson.dumps({**line, "id": "bob-1"})
+    assert (await client.post("/v1/memories/import", content=fresh, headers=BOB)).json() == {
+        "imported": 1, "skipped": 0}  # fmt: skip
+    (bobs,) = (await client.get("/v1/memories", headers=BOB)).json()["data"]
+    assert bobs["metadata"] == metadata and bobs["content"] == created["content"]
+
+
 async def test_no_user_can_reach_another_users_memories(client: httpx.AsyncClient) -> None:
     secret = await add(client, "Ann's bank PIN hint is the cat's name")
     await add(client, "Bob likes chess", BOB)
@@ -336,6 +360,162 @@ BAD_REQUESTS = [
     ),
     ("delete all unconfirmed", "DELETE", "/v1/memories?confirm=false", None, 400, "confirm"),
     ("bad user header", "GET", "/v1/memories", None, 400, "X-User-Id"),
+    # What Python's JSON parser accepts and memproxy cannot store or write back (were 500s).
+    (
+        "metadata int over 64 bits",
+        "POST",
+        "/v1/memories",
+        {"content": "a", "metadata": {"n": 2**63}},
+        422,
+        "metadata",
+    ),
+    (
+        "metadata int under 64 bits",
+        "POST",
+        "/v1/memories",
+        {"content": "a", "metadata": {"n": [-(2**63) - 1]}},
+        422,
+        "metadata",
+    ),
+    (
+        "metadata huge int",
+        "POST",
+        "/v1/memories",
+        {"content": "a", "metadata": {"n": 10**40}},
+        422,
+        "metadata",
+    ),
+    (
+        "batch metadata int over 64 bits",
+        "POST",
+        "/v1/memories/batch",
+        {"memories": [{"content": "a", "metadata": {"n": 2**64}}]},
+        422,
+        "memories.0.metadata",
+    ),
+    (
+        "patch metadata int over 64 bits",
+        "PATCH",
+        "/v1/memories/{id}",
+        {"metadata": {"n": 2**70}},
+        422,
+        "metadata",
+    ),
+    (
+        "metadata nested 300 deep",
+        "POST",
+        "/v1/memories",
+        b'{"content": "a", "metadata": {"a": ' + b"[" * 300 + b"]" * 300 + b"}}",
+        422,
+        "metadata",
+    ),
+    (
+        "metadata nested 33 deep",
+        "POST",
+        "/v1/memories",
+        b'{"content": "a", "metadata": {"a": ' + b"[" * 32 + b"]" * 32 + b"}}",
+        422,
+        "metadata",
+    ),
+    (
+        "metadata NaN",
+        "POST",
+        "/v1/memories",
+        b'{"content": "a", "metadata": {"x": NaN}}',
+        422,
+        "metadata",
+    ),
+    ("content lone surrogate", "POST", "/v1/memories", b'{"content": "a\\ud800"}', 422, "content"),
+    (
+        "content lone low surrogate",
+        "POST",
+        "/v1/memories",
+        b'{"content": "\\udfffa"}',
+        422,
+        "content",
+    ),
+    (
+        "metadata key lone surrogate",
+        "POST",
+        "/v1/memories",
+        b'{"content": "a", "metadata": {"\\ud800": 1}}',
+        422,
+        "metadata",
+    ),
+    (
+        "metadata value lone surrogate",
+        "POST",
+        "/v1/memories",
+        b'{"content": "a", "metadata": {"k": ["\\ud800"]}}',
+        422,
+        "metadata",
+    ),
+    (
+        "unknown field lone surrogate",
+        "POST",
+        "/v1/memories",
+        b'{"content": "a", "\\ud800": 1}',
+        422,
+        "\\ud800",
+    ),
+    (
+        "batch content lone surrogate",
+        "POST",
+        "/v1/memories/batch",
+        b'{"memories": [{"content": "\\ud800"}]}',
+        422,
+        "memories.0.content",
+    ),
+    (
+        "patch content lone surrogate",
+        "PATCH",
+        "/v1/memories/{id}",
+        b'{"content": "x\\ud800"}',
+        422,
+        "content",
+    ),
+    (
+        "search lone surrogate",
+        "POST",
+        "/v1/memories/search",
+        b'{"query": "x\\ud800"}',
+        422,
+        "query",
+    ),
+    (
+        "list offset 2^63",
+        "GET",
+        "/v1/memories?offset=9223372036854775808",
+        None,
+        422,
+        "query.offset",
+    ),
+    ("list offset huge", "GET", f"/v1/memories?offset={10**30}", None, 422, "query.offset"),
+    ("list limit huge", "GET", f"/v1/memories?limit={10**30}", None, 422, "query.limit"),
+    (
+        "import int over 64 bits",
+        "POST",
+        "/v1/memories/import",
+        b'{"id": "b1", "content": "ok", "metadata": {"n": 18446744073709551616}}\n',
+        422,
+        "line 1.metadata",
+    ),
+    (
+        "import lone surrogate",
+        "POST",
+        "/v1/memories/import",
+        b'{"id": "b2", "content": "ok"}\n{"id": "b3", "content": "o\\ud800k"}\n',
+        422,
+        "line 2.content",
+    ),
+    (
+        "import metadata nested 40 deep",
+        "POST",
+        "/v1/memories/import",
+        b'{"id": "b4", "content": "ok", "metadata": {"a": ' + b"[" * 40 + b"]" * 40 + b"}}\n",
+        422,
+        "line 1.metadata",
+    ),
 ]
 
 
@@ -350,6 +530,8 @@ async def test_bad_input_is_an_openai_error_and_changes_nothing(
     kwargs: dict[str, Any] = {"headers": headers}
     if isinstance(body, bytes):
         kwargs["content"] = body
+        if not path.endswith("/import"):
+            kwargs["headers"] = {**headers, "content-type": "application/json"}
     elif body is not None:
         kwargs["json"] = body
     response = await client.request(method, path.replace("{id}", kept["id"]), **kwargs)

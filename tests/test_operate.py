@@ -14,7 +14,7 @@ from pydantic_ai import models
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from tests.helpers import completion_json
+from tests.helpers import assert_openai_error, completion_json
 
 
 def services(client: httpx.AsyncClient) -> Any:
@@ -130,3 +130,51 @@ async def test_manager_answers_that_stay_malformed_are_counted(
         await asyncio.sleep(0.01)
     assert "memproxy_manager_answers_dropped_total 1.0" in text
     assert "memproxy_manager_jobs_applied_total 1.0" in text and len(calls) == 2  # 1 + 1 retry
+
+
+OPERATOR_PAGES = ("/metrics", "/openapi.json", "/docs", "/redoc")
+
+
+async def test_with_keys_metrics_and_docs_need_a_key(make_client: Any) -> None:
+    """They answered anyone: the docs list every route and field, the metrics the traffic. A
+    client key or an admin key opens them; the probes stay open for orchestrators."""
+    client = await make_client(api_keys=["sk-a:ann"], admin_keys=["sk-admin"])
+    for path in OPERATOR_PAGES:
+        assert_openai_error(await client.get(path), 401)
+        assert_openai_error(await client.get(path, headers={"authorization": "Bearer no"}), 401)
+        for key in ("sk-a", "sk-admin"):
+            response = await client.get(path, headers={"authorization": f"Bearer {key}"})
+            assert response.status_code == 200, (path, key)
+    assert (await client.get("/healthz")).status_code == 200
+    assert (await client.get("/readyz")).status_code == 200
+    described = await client.get("/openapi.json", headers={"authorization": "Bearer sk-a"})
+    assert "/v1/chat/completions" in described.json()["paths"]
+    assert "/docs" not in described.json()["paths"]
+    page = await client.get("/docs", headers={"authorization": "Bearer sk-a"})
+    assert "swagger" in page.text.lower() and "/openapi.json" in page.text
+
+
+async def test_admin_keys_alone_guard_metrics_and_docs(make_client: Any) -> None:
+    client = await make_client(admin_keys=["sk-admin"])
+    for path in OPERATOR_PAGES:
+        assert_openai_error(await client.get(path), 401)
+        response = await client.get(path, headers={"authorization": "Bearer sk-admin"})
+        assert response.status_code == 200, path
+
+
+async def test_metrics_and_docs_can_be_left_open_or_docs_turned_off(make_client: Any) -> None:
+    client = await make_client(api_keys=["sk-a"], metrics_require_key=False, docs_require_key=False)
+    for path in OPERATOR_PAGES:
+        assert (await client.get(path)).status_code == 200, path
+    client = await make_client(api_keys=["sk-a"], docs_enabled=False)
+    for path in OPERATOR_PAGES[1:]:
+        response = await client.get(path, headers={"authorization": "Bearer sk-a"})
+        assert_openai_error(response, 404)
+    assert (
+        await client.get("/metrics", headers={"authorization": "Bearer sk-a"})
+    ).status_code == 200
+
+
+async def test_an_open_server_shows_metrics_and_docs_to_anyone(client: httpx.AsyncClient) -> None:
+    for path in OPERATOR_PAGES:
+        assert (await client.get(path)).status_code == 200, path

@@ -55,14 +55,19 @@ def test_stream_matches_direct_call(fake: tuple[FakeUpstream, str], proxy_url: s
 
 
 def test_upstream_failing_mid_stream_ends_with_one_error_event(proxy_url: str) -> None:
-    with httpx.stream(
-        "POST",
-        f"{proxy_url}/v1/chat/completions",
-        json=STREAM_BODY,
-        headers={"x-fake-fail-after": "3"},
-    ) as response:
+    raw = b""
+    with (
+        pytest.raises(httpx.RemoteProtocolError),  # then the connection breaks: never a clean end
+        httpx.stream(
+            "POST",
+            f"{proxy_url}/v1/chat/completions",
+            json=STREAM_BODY,
+            headers={"x-fake-fail-after": "3"},
+        ) as response,
+    ):
         assert response.status_code == 200
-        raw = response.read()
+        for chunk in response.iter_raw():
+            raw += chunk
     events = _events(raw)
     # The three whole events, never the half one the upstream wrote, then exactly one error.
     assert len(events) == 4

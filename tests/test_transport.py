@@ -30,11 +30,21 @@ def test_read_timeout_before_headers_is_504(slow_proxy: str) -> None:
     assert "MEMPROXY_UPSTREAM_READ_TIMEOUT_SECONDS" in response.json()["error"]["message"]
 
 
-def test_read_timeout_mid_stream_ends_with_error_event(slow_proxy: str) -> None:
-    response = httpx.post(f"{slow_proxy}/v1/chat/completions", json={**BODY, "stream": True},
-                          headers={"x-fake-delay-ms": "1500"})  # fmt: skip
-    assert response.status_code == 200
-    last = [e for e in response.content.split(b"\n\n") if e][-1]
+def test_read_timeout_mid_stream_ends_with_error_event_then_breaks(slow_proxy: str) -> None:
+    received = b""
+    with (
+        pytest.raises(httpx.RemoteProtocolError),  # the stream never ends well: it was cut
+        httpx.stream(
+            "POST",
+            f"{slow_proxy}/v1/chat/completions",
+            json={**BODY, "stream": True},
+            headers={"x-fake-delay-ms": "1500"},
+        ) as response,  # fmt: skip
+    ):
+        assert response.status_code == 200
+        for chunk in response.iter_raw():
+            received += chunk
+    last = [e for e in received.split(b"\n\n") if e][-1]
     assert orjson.loads(last.removeprefix(b"data: "))["error"]["code"] == "upstream_timeout"
 
 

@@ -94,3 +94,44 @@ async def test_real_refused_connection_is_502_and_server_keeps_serving() -> None
             assert base in error["message"]
         assert (await client.get("/healthz")).status_code == 200
         assert_openai_error(await client.get("/v1/models"), 502)
+
+
+RETRY_HEADERS = {
+    "retry-after": "7",
+    "x-ratelimit-limit-requests": "60",
+    "x-ratelimit-remaining-requests": "0",
+    "x-ratelimit-reset-requests": "7s",
+    "ratelimit-policy": "60;w=60",
+}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "upstream_path"),
+    [
+        ("POST", "/v1/chat/completions", "/chat/completions"),
+        ("POST", "/v1/embeddings", "/embeddings"),
+        ("GET", "/v1/models", "/models"),
+    ],
+)
+@pytest.mark.parametrize("status", [429, 503])
+async def test_retry_and_rate_limit_headers_pass_through_error_statuses(
+    client, upstream: respx.Router, method: str, path: str, upstream_path: str, status: int
+) -> None:
+    error = {"error": {"message": "slow down", "type": "requests", "param": None, "code": None}}
+    upstream.route(method=method, path=upstream_path).respond(
+        status, json=error, headers={**RETRY_HEADERS, "x-internal": "not for clients"}
+    )
+    body = chat_body() if method == "POST" else None
+    response = await client.request(method, path, json=body)
+    assert_openai_error(response, status)
+    for name, value in RETRY_HEADERS.items():
+        assert response.headers.get(name) == value, name
+    assert "x-internal" not in response.headers
+
+
+async def test_rate_limit_headers_pass_through_a_success(client, upstream: respx.Router) -> None:
+    upstream.post("/chat/completions").respond(json={"id": "x"}, headers=RETRY_HEADERS)
+    response = await client.post("/v1/chat/completions", json=chat_body())
+    assert response.status_code == 200
+    for name, value in RETRY_HEADERS.items():
+        assert response.headers.get(name) == value, name

@@ -1,6 +1,7 @@
 """Liveness (`/healthz`: the process serves HTTP, nothing else checked), readiness (`/readyz`:
 database reachable, schema current, embedder loaded; 503 with the reasons otherwise) and
-Prometheus metrics (`/metrics`)."""
+Prometheus metrics (`/metrics`: with keys set, a bearer key unless
+``MEMPROXY_METRICS_REQUIRE_KEY=false``; the probes stay open for orchestrators)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from starlette.responses import JSONResponse, Response
 
+from app.deps import Services, check_any_key
 from app.memory.db import schema_is_current
 
 router = APIRouter(tags=["health"])
@@ -51,7 +53,9 @@ async def readyz(request: Request) -> JSONResponse:
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    services = request.app.state.services
+    services: Services = request.app.state.services
+    if services.settings.metrics_require_key:
+        check_any_key(services, request.headers.get("authorization"))
     return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

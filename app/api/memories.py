@@ -14,6 +14,7 @@ from app.memory.models import MemoryType
 from app.memory.records import NewMemory
 from app.memory.store import IdTaken
 from app.proxy.body import read_body
+from app.schemas.checks import INT64_MAX
 from app.schemas.memories import (
     Deleted,
     ImportResult,
@@ -59,7 +60,8 @@ async def create_memories(body: MemoryBatchCreate, caller: MemoryCallerDep) -> M
 async def list_memories(
     caller: MemoryCallerDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    # At most SQLite's (and PostgreSQL's) largest integer: beyond it the query itself fails.
+    offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
     type: Annotated[list[MemoryType] | None, Query(description="Only these types.")] = None,
     q: Annotated[str | None, Query(max_length=1000, description="Content contains.")] = None,
 ) -> MemoryList:
@@ -137,7 +139,8 @@ async def export_memories(caller: MemoryCallerDep) -> Response:
 @router.post("/import", responses=_ERRORS)
 async def import_memories(request: Request, caller: MemoryCallerDep) -> ImportResult:
     """JSON Lines, one memory each (an export's lines); idempotent on id."""
-    raw = await read_body(request, caller.settings.max_body_bytes)
+    limit = caller.settings.memory_max_body_bytes
+    raw = await read_body(request, limit, "MEMPROXY_MEMORY_MAX_BODY_BYTES")
     items = read_import(raw, caller.settings.memory_max_chars)
     try:
         written = await caller.memory.add(caller.user_id, items)

@@ -1,8 +1,10 @@
 """The database engine and its schema migrations.
 
 SQLite (the default) runs in WAL mode, so readers never block the writer, with a busy timeout, so
-a writer waits for another process's write instead of failing at once. Nothing else here is
-SQLite-specific: PostgreSQL URLs work the same (``postgresql+asyncpg://...``).
+a writer waits for another process's write instead of failing at once. Write transactions go
+through :func:`writing`, which on SQLite queues them within the process, takes the lock at their
+start and retries a lock wait that ran out. Nothing else here is SQLite-specific: PostgreSQL URLs
+work the same (``postgresql+asyncpg://...``).
 
 Migrations are Alembic's, in ``migrations/``: applied at start (:func:`upgrade`) and by
 ``memproxy db upgrade``.
@@ -10,7 +12,14 @@ Migrations are Alembic's, in ``migrations/``: applied at start (:func:`upgrade`)
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import logging
+import random
 import tempfile
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +27,29 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import event
-from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 import migrations
 
 MIGRATIONS = Path(migrations.__file__).resolve().parent
+WRITE_PATIENCE_SECONDS = 60.0
+"""How long a write transaction keeps trying to take SQLite's write lock before it fails."""
+RETRY_SECONDS = 0.01
+"""The first pause between two waits for the lock (each as long as the busy timeout); doubled
+each time up to 0.25 s, with jitter: short, as a writer only gets the lock while it asks."""
+
+logger = logging.getLogger("memproxy.db")
+_write_locks: weakref.WeakKeyDictionary[Engine, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class DatabaseUnavailable(Exception):
@@ -104,6 +129,71 @@ def create_engine(url: str, *, busy_timeout_seconds: float = 5.0) -> AsyncEngine
             cursor.close()
 
     return engine
+
+
+@asynccontextmanager
+async def writing(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
+    """A write transaction, as ``sessions.begin()``: committed when the block ends, rolled back
+    when it raises. On SQLite it also
+
+    - waits its turn behind the process's other write transactions, first come first served
+      (SQLite's busy handler polls, unfairly: under load a writer lost the race for longer than
+      the busy timeout, and "database is locked" was a write the client never heard of);
+    - takes the write lock before its first statement (``BEGIN IMMEDIATE``), so what it reads
+      is what it writes on, and nothing after the start can be refused;
+    - when another process holds the lock beyond the busy timeout, tries again after a short
+      pause, for up to ``WRITE_PATIENCE_SECONDS``, instead of failing.
+    """
+    bind = sessions.kw.get("bind")
+    if not isinstance(bind, AsyncEngine) or bind.dialect.name != "sqlite":
+        async with sessions.begin() as session:
+            yield session
+        return
+    async with _write_lock(bind), sessions() as session:
+        await _begin_immediate(session)
+        try:
+            yield session
+        except BaseException:
+            await session.rollback()
+            raise
+        await session.commit()
+
+
+def is_locked(exc: BaseException) -> bool:
+    """SQLite's "database is locked": the write lock stayed taken beyond the busy timeout."""
+    original = getattr(exc, "orig", None)
+    code = getattr(original, "sqlite_errorcode", None)
+    return isinstance(exc, OperationalError) and (
+        (code is not None and code & 0xFF == 5) or "database is locked" in str(original)
+    )
+
+
+async def _begin_immediate(session: AsyncSession) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WRITE_PATIENCE_SECONDS
+    for attempt in itertools.count(1):
+        try:
+            # pysqlite begins a transaction only before its first INSERT/UPDATE/DELETE; an
+            # explicit BEGIN takes its place (and no read before it stays outside).
+            await session.execute(text("BEGIN IMMEDIATE"))
+            return
+        except OperationalError as exc:
+            await session.rollback()
+            if not is_locked(exc) or loop.time() > deadline:
+                raise
+            pause = min(0.25, RETRY_SECONDS * 2 ** min(attempt - 1, 8)) * random.uniform(0.5, 1)
+            logger.debug("database locked (attempt %d); trying again in %.3f s", attempt, pause)
+            await asyncio.sleep(pause)
+
+
+def _write_lock(engine: AsyncEngine) -> asyncio.Lock:
+    """The engine's writers' queue in this process (one per event loop: tests run several)."""
+    loop = asyncio.get_running_loop()
+    held = _write_locks.get(engine.sync_engine)
+    if held is None or held[0] is not loop:
+        held = (loop, asyncio.Lock())
+        _write_locks[engine.sync_engine] = held
+    return held[1]
 
 
 def alembic_config(url: str | None = None) -> Config:

@@ -16,9 +16,11 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from app.memory.manager import Turn
+from app.proxy.offload import text_pieces
 
 EXPLICIT = re.compile(
     r"\b(?:"
@@ -35,15 +37,43 @@ EXPLICIT = re.compile(
 """Phrases by which a user asks to remember or forget, or corrects what is known of them."""
 
 
+SEARCH_CHARS = 1 << 16
+"""How much text one search for :data:`EXPLICIT` covers (~10 ms: the pattern is slow, ~150 ns a
+character); a long text is searched in windows, so that no one call holds the GIL for long."""
+SEARCH_OVERLAP = 256
+"""Windows overlap by this much: a phrase longer than this (hundreds of spaces inside it) that
+straddles two windows is missed. The phrases are a few words long."""
+
+
 def is_explicit(text: str) -> bool:
     """True when the text asks to remember or forget something (see :data:`EXPLICIT`)."""
-    return EXPLICIT.search(text) is not None
+    # A search from `start` sees the character before it (for `\b`); one ending at `end` sees
+    # no character after it, which only makes a phrase cut at a window's end match early.
+    for start in range(0, max(len(text), 1), SEARCH_CHARS):
+        end = start + SEARCH_CHARS + SEARCH_OVERLAP
+        if EXPLICIT.search(text, start, end) is not None:
+            return True
+    return False
 
 
 def fingerprint(previous: str, text: str) -> str:
     """A turn's identity: it and the turn before it, whitespace-normalised, hashed."""
-    joined = " ".join(previous.split()) + "\x00" + " ".join(text.split())
-    return hashlib.sha256(joined.encode()).hexdigest()
+    digest = hashlib.sha256()
+    _add_words(digest, previous)
+    digest.update(b"\x00")
+    _add_words(digest, text)
+    return digest.hexdigest()
+
+
+def _add_words(digest: Any, text: str) -> None:
+    """Hash ``" ".join(text.split())`` a piece at a time (:func:`text_pieces`): splitting 50 MB
+    at once held the GIL for a second."""
+    first = True
+    for piece in text_pieces(text):
+        words = piece.split()
+        if words:
+            digest.update((" ".join(words) if first else " " + " ".join(words)).encode())
+            first = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +85,9 @@ class Exchange:
     fingerprints: list[str]
     """Of the new user turns: recorded with the job."""
     explicit: bool
+    marks: list[tuple[int, str]] = field(default_factory=list)
+    """(index in `context` + `new`, fingerprint) of every user turn: hashing a long turn again
+    would cost as much as the first time."""
 
 
 def fingerprints_of(turns: Sequence[Turn]) -> list[tuple[int, str]]:
@@ -66,12 +99,19 @@ def fingerprints_of(turns: Sequence[Turn]) -> list[tuple[int, str]]:
     ]
 
 
-def exchange(turns: Sequence[Turn], processed: set[str], *, threshold: int) -> Exchange | None:
+def exchange(
+    turns: Sequence[Turn],
+    processed: set[str],
+    *,
+    threshold: int,
+    marks: list[tuple[int, str]] | None = None,
+) -> Exchange | None:
     """The exchange to queue, or None: nothing new, or a routine one below the threshold.
 
-    `processed` holds the fingerprints of this user's turns already taken by a job.
+    `processed` holds the fingerprints of this user's turns already taken by a job; `marks`
+    are :func:`fingerprints_of` `turns`, when the caller has them already.
     """
-    marks = fingerprints_of(turns)
+    marks = fingerprints_of(turns) if marks is None else marks
     fresh = [(i, f) for i, f in marks if f not in processed]
     if not fresh:
         return None
@@ -80,4 +120,4 @@ def exchange(turns: Sequence[Turn], processed: set[str], *, threshold: int) -> E
     explicit = any(is_explicit(t.text) for t in new if t.role == "user")
     if not explicit and len(marks) < threshold:
         return None
-    return Exchange(list(turns[:first]), new, [f for _, f in fresh], explicit)
+    return Exchange(list(turns[:first]), new, [f for _, f in fresh], explicit, marks)

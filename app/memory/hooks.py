@@ -13,10 +13,12 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
   memories;
 - recall counters are updated after the request, off the hot path;
 - for a chat that may write memories, the exchange's new turns are queued for the Manager
-  (durably, in the database, as an awaiting job) once the answer's first byte is out; when the
-  response completes the reply is added and the worker woken, and when it fails the job is
-  withdrawn. A failure to queue is logged, and the turns, not fingerprinted, go with the
-  conversation's next exchange.
+  (durably, in the database, as an awaiting job) before the answer's first byte reaches the
+  client (unless the database stays locked beyond ``MEMPROXY_SQLITE_BUSY_TIMEOUT_SECONDS``:
+  then the answer goes on and the job is written when it can); when the response completes the
+  reply is added and the worker woken, and when it fails the job is withdrawn. A write that
+  finds the database locked is retried (:func:`app.memory.db.writing`); one that still fails is
+  logged, and the turns, not fingerprinted, go with the conversation's next exchange.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ from app.config import Settings
 from app.memory.context import memory_block, recall_query
 from app.memory.extraction import exchange, fingerprints_of
 from app.memory.jobs import JobQueue
-from app.memory.manager import transcript
+from app.memory.manager import Turn, transcript
 from app.memory.recall import Hit
 from app.memory.service import MemoryService
 from app.memory.worker import Worker
 from app.metrics import Metrics
 from app.proxy.hooks import BackgroundRunner, Completion, Outcome, Preparation, RequestContext
 from app.proxy.injection import BLOCK_START, insert_memory_block
+from app.proxy.offload import off_loop
 
 logger = logging.getLogger("memproxy.memory")
 
@@ -64,18 +67,23 @@ class ChatMemory:
         self._threshold = settings.relevance_threshold
         self._budget = settings.memory_token_budget
         self._timeout = settings.recall_timeout_seconds
+        self._write_wait = max(1.0, settings.sqlite_busy_timeout_seconds)
 
     async def before_forward(self, ctx: RequestContext) -> Preparation | None:
         on_first_byte = None
         if self._queue is not None and ctx.write_allowed:
-            # Written while the upstream answers (a database write takes milliseconds, a model
-            # far longer), so the job exists before the response completes; started once the
-            # answer's first byte is out, so it never holds that back.
-            def on_first_byte() -> None:
-                ctx.state["job"] = asyncio.ensure_future(self._prequeue(ctx))
+            # Written as the answer starts, before the client gets any of it: a client that has
+            # its answer has its job in the database (a kill -9 after loses nothing), and an
+            # answer that never started writes nothing. A write costs milliseconds; one stuck
+            # behind a locked database holds the answer for the busy timeout at most, then
+            # lands when it can.
+            async def on_first_byte() -> None:
+                job = ctx.state["job"] = asyncio.ensure_future(self._prequeue(ctx))
+                await asyncio.wait({job}, timeout=self._write_wait)  # never cancels the write
 
         started = time.perf_counter()
-        query = recall_query(ctx.messages) if self._limit else None
+        # A pasted document is searched by its ends, but still read: off the loop when large.
+        query = await off_loop(ctx.body_bytes, recall_query, ctx.messages) if self._limit else None
         found: list[Hit] = []
         failed = False
         if query:
@@ -150,10 +158,16 @@ class ChatMemory:
         """Queue the request's new user turns, awaiting the answer; the job's id, or None."""
         assert self._queue is not None
         try:
-            turns = transcript(ctx.history, None)
-            marks = [f for _, f in fingerprints_of(turns)]
-            processed = await self._queue.processed(ctx.user_id, marks)
-            found = exchange(turns, processed, threshold=self._threshold_turns)
+            turns, marks = await off_loop(ctx.body_bytes, _turns, ctx)
+            processed = await self._queue.processed(ctx.user_id, [f for _, f in marks])
+            found = await off_loop(
+                ctx.body_bytes,
+                exchange,
+                turns,
+                processed,
+                threshold=self._threshold_turns,
+                marks=marks,
+            )
             if found is None:
                 return None
             queued = await self._queue.enqueue(
@@ -167,6 +181,13 @@ class ChatMemory:
             return None  # another request of this conversation queued these turns
         self._metrics.jobs_queued.labels("explicit" if found.explicit else "routine").inc()
         return queued.job_id
+
+
+def _turns(ctx: RequestContext) -> tuple[list[Turn], list[tuple[int, str]]]:
+    """The conversation's turns and their fingerprints: converting, stripping and hashing a
+    large body takes long, so this runs off the loop for one (:mod:`app.proxy.offload`)."""
+    turns = transcript(ctx.history, None)
+    return turns, fingerprints_of(turns)
 
 
 def _has_block(ctx: RequestContext) -> bool:

@@ -29,6 +29,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.memory.db import writing
 from app.memory.extraction import Exchange, fingerprints_of
 from app.memory.models import JobStatus, ManagerJob, ManagerState, ProcessedTurn
 from app.memory.records import aware, now
@@ -50,9 +51,14 @@ class Queued:
     """Routine jobs dropped to keep the queue within its limit."""
 
 
+SQL_BATCH = 256
+"""Fingerprints per statement: a conversation of 50,000 turns in one statement took seconds to
+compile (on the event loop) and exceeds SQLite's limit of bound parameters."""
+
+
 def _owned(exchange: Exchange, taken: set[str]) -> list[list[str]]:
     """The exchange's new turns this job took: its user turns, each with the replies after it."""
-    marks = dict(fingerprints_of([*exchange.context, *exchange.new]))
+    marks = dict(exchange.marks or fingerprints_of([*exchange.context, *exchange.new]))
     offset = len(exchange.context)
     out: list[list[str]] = []
     keep = False
@@ -71,13 +77,15 @@ class JobQueue:
 
     async def processed(self, user_id: str, fingerprints: list[str]) -> set[str]:
         """Which of these fingerprints a job already took."""
-        if not fingerprints:
-            return set()
-        query = select(ProcessedTurn.fingerprint).where(
-            ProcessedTurn.user_id == user_id, ProcessedTurn.fingerprint.in_(fingerprints)
-        )
+        found: set[str] = set()
         async with self._sessions() as session:
-            return set(await session.scalars(query))
+            for start in range(0, len(fingerprints), SQL_BATCH):
+                query = select(ProcessedTurn.fingerprint).where(
+                    ProcessedTurn.user_id == user_id,
+                    ProcessedTurn.fingerprint.in_(fingerprints[start : start + SQL_BATCH]),
+                )
+                found.update(await session.scalars(query))
+        return found
 
     async def enqueue(
         self,
@@ -92,17 +100,19 @@ class JobQueue:
         (two requests of one conversation finishing together). `awaiting`: the answer is still
         on its way; :meth:`complete` makes the job due, :meth:`withdraw` takes it back."""
         stamp = now()
-        async with self._sessions.begin() as session:
+        async with writing(self._sessions) as session:
             dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
             insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
             # The database decides which turns are this job's: the fingerprints it inserts.
-            taken = set(await session.scalars(
-                insert(ProcessedTurn)
-                .values([{"user_id": user_id, "fingerprint": f, "created_at": stamp}
-                         for f in exchange.fingerprints])
-                .on_conflict_do_nothing()
-                .returning(ProcessedTurn.fingerprint)
-            ))  # fmt: skip
+            taken: set[str] = set()
+            for start in range(0, len(exchange.fingerprints), SQL_BATCH):
+                taken.update(await session.scalars(
+                    insert(ProcessedTurn)
+                    .values([{"user_id": user_id, "fingerprint": f, "created_at": stamp}
+                             for f in exchange.fingerprints[start : start + SQL_BATCH]])
+                    .on_conflict_do_nothing()
+                    .returning(ProcessedTurn.fingerprint)
+                ))  # fmt: skip
             if not taken:
                 return None
             job = ManagerJob(
@@ -122,7 +132,7 @@ class JobQueue:
         """The answer arrived: add it to the awaiting job and make the job due (joining or
         absorbing the user's pending routine job, as the module docstring says). Returns how
         many routine jobs were dropped to keep within the limit."""
-        async with self._sessions.begin() as session:
+        async with writing(self._sessions) as session:
             job = await session.scalar(
                 select(ManagerJob).where(
                     ManagerJob.id == job_id, ManagerJob.status == JobStatus.AWAITING.value
@@ -137,7 +147,7 @@ class JobQueue:
     async def withdraw(self, job_id: str) -> None:
         """The exchange failed or the client left: the awaiting job goes, and its turns are
         free again for the conversation's next exchange."""
-        async with self._sessions.begin() as session:
+        async with writing(self._sessions) as session:
             job = await session.scalar(
                 select(ManagerJob).where(
                     ManagerJob.id == job_id, ManagerJob.status == JobStatus.AWAITING.value
@@ -212,7 +222,7 @@ class JobQueue:
         if limit <= 0:
             return []
         stamp = now()
-        async with self._sessions.begin() as session:
+        async with writing(self._sessions) as session:
             running = set(await session.scalars(
                 select(ManagerJob.user_id).where(ManagerJob.status == JobStatus.RUNNING.value)
             ))  # fmt: skip
@@ -265,7 +275,7 @@ class JobQueue:
         """At start: jobs a stopped process was running, or whose answer it was waiting for,
         are queued (the latter without the answer: the user's words are what counts)."""
         stopped = [JobStatus.RUNNING.value, JobStatus.AWAITING.value]
-        async with self._sessions.begin() as session:
+        async with writing(self._sessions) as session:
             result = await session.execute(
                 update(ManagerJob)
                 .where(ManagerJob.status.in_(stopped))
@@ -278,7 +288,7 @@ class JobQueue:
         query = update(ManagerJob).where(ManagerJob.status == JobStatus.FAILED.value)
         if user_id is not None:
             query = query.where(ManagerJob.user_id == user_id)
-        async with self._sessions.begin() as session:
+        async with writing(self._sessions) as session:
             result = await session.execute(
                 query.values(status=JobStatus.QUEUED.value, attempts=0, next_attempt_at=now())
             )
@@ -303,7 +313,7 @@ class JobQueue:
             return [(i, u, e) for i, u, e in await session.execute(query.order_by(ManagerJob.key))]
 
     async def _set(self, job_id: str, **values: Any) -> None:
-        async with self._sessions.begin() as session:
+        async with writing(self._sessions) as session:
             await session.execute(
                 update(ManagerJob).where(ManagerJob.id == job_id).values(**values)
             )

@@ -52,6 +52,7 @@ from app.memory.models import MemoryType
 from app.memory.operations import Operation
 from app.proxy.foreign import strip_foreign
 from app.proxy.history import ConvertedHistory
+from app.proxy.tls import ssl_context, verification_failed, verification_hint
 
 logger = logging.getLogger("memproxy.manager")
 
@@ -146,9 +147,10 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 
 
 def build_http_client(settings: Settings) -> httpx2.AsyncClient:
-    """The Manager's HTTP client (the caller closes it)."""
+    """The Manager's HTTP client (the caller closes it), trusting what `app.proxy.tls` says."""
     return httpx2.AsyncClient(
-        timeout=httpx2.Timeout(settings.manager_timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS)
+        timeout=httpx2.Timeout(settings.manager_timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS),
+        verify=ssl_context(settings, httpx2.create_ssl_context),
     )
 
 
@@ -228,6 +230,8 @@ def _cause(exc: BaseException, timeout: float) -> str:
     while link is not None and link not in chain:
         chain.append(link)
         link = link.__cause__ or link.__context__
+    if (failed := verification_failed(exc)) is not None:
+        return verification_hint(failed)
     for link in chain:
         if isinstance(link, ConnectionRefusedError):
             return "connection refused"

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from app.memory import events
+from app.memory.db import writing
 from app.memory.models import EventAction, Memory, MemorySource, MemoryType
 from app.memory.parts import embed_memories, encode, vector_model
 from app.memory.records import now
@@ -143,7 +144,7 @@ class Applier:
         model = vector_model(self._service.embedder)
         manager = MemorySource.MANAGER
         outcomes: list[Outcome] = []
-        async with store.sessions.begin() as session:
+        async with writing(store.sessions) as session:
             if queue is not None and not await queue.consume(session, job_id):
                 logger.info("job %s was applied already; skipped", job_id)
                 return []

@@ -25,6 +25,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.memory import events
+from app.memory.db import writing
+from app.memory.marks import RecallMarks
 from app.memory.models import (
     EventAction,
     ManagerJob,
@@ -64,7 +66,9 @@ class MemoryStore(MemoryQueries):
         self._engine = engine
         self.sessions = async_sessionmaker(engine, expire_on_commit=False)
         """Also for writers that must share one transaction (the Manager's operations): they
-        bump the version with :func:`bump_version` and record events, as this class's do."""
+        write through :func:`app.memory.db.writing`, bump the version with :func:`bump_version`
+        and record events, as this class's do."""
+        self._marks = RecallMarks(self.sessions)
 
     # --- writes (each bumps the user's version) ---------------------------------------------
 
@@ -77,7 +81,7 @@ class MemoryStore(MemoryQueries):
         skips ids that exist by then (``ON CONFLICT DO NOTHING``). An id that belongs to another
         user raises :class:`IdTaken`. Only created memories bump the version and get events."""
         stamp = now()
-        async with self.sessions.begin() as session:
+        async with writing(self.sessions) as session:
             existing = await _found(session, user_id, [item.id for item in items if item.id])
             fresh: dict[str, Memory] = {}
             ids: list[str] = []  # each item's memory
@@ -136,7 +140,7 @@ class MemoryStore(MemoryQueries):
         unknown = set(changes) - _CHANGEABLE
         if unknown:
             raise ValueError(f"cannot change {sorted(unknown)}")
-        async with self.sessions.begin() as session:
+        async with writing(self.sessions) as session:
             row = await session.scalar(own(user_id).where(Memory.id == memory_id))
             if row is None:
                 return None
@@ -165,13 +169,13 @@ class MemoryStore(MemoryQueries):
         """Erase everything kept about the user's memories: the memories, their history, the
         fingerprints of processed turns and the Manager jobs not yet applied."""
         deleted = await self._delete(user_id, None, actor)
-        async with self.sessions.begin() as session:
+        async with writing(self.sessions) as session:
             for table in (MemoryEvent, ProcessedTurn, ManagerJob):
                 await session.execute(delete(table).where(table.user_id == user_id))
         return deleted
 
     async def _delete(self, user_id: str, condition: Any, actor: MemorySource) -> Deleted:
-        async with self.sessions.begin() as session:
+        async with writing(self.sessions) as session:
             query = select(Memory.key, Memory.id, Memory.content).where(Memory.user_id == user_id)
             if condition is not None:
                 query = query.where(condition)
@@ -193,19 +197,13 @@ class MemoryStore(MemoryQueries):
     # --- bookkeeping (no version bump) ------------------------------------------------------
 
     async def mark_recalled(self, user_id: str, keys: Sequence[int]) -> None:
-        """recall_count += 1 and last_recalled_at = now for these memories."""
-        if not keys:
-            return
-        async with self.sessions.begin() as session:
-            await session.execute(
-                update(Memory)
-                .where(Memory.user_id == user_id, Memory.key.in_(list(keys)))
-                .values(recall_count=Memory.recall_count + 1, last_recalled_at=now())
-            )
+        """recall_count += 1 and last_recalled_at = now for these memories; returns once they
+        are committed (coalesced with concurrent calls: :class:`~app.memory.marks.RecallMarks`)."""
+        await self._marks.mark(user_id, keys)
 
     async def set_embeddings(self, user_id: str, vectors: Sequence[tuple[int, bytes, str]]) -> None:
         """Store (key, embedding, model) for memories whose text did not change."""
-        async with self.sessions.begin() as session:
+        async with writing(self.sessions) as session:
             for key, embedding, model in vectors:
                 await session.execute(
                     update(Memory)

@@ -54,6 +54,7 @@ class Worker:
         self._wakeup = asyncio.Event()
         self._running: dict[asyncio.Task[None], str] = {}
         self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def start(self) -> None:
         requeued = await self._queue.requeue_running()
@@ -66,15 +67,14 @@ class Worker:
 
     async def stop(self) -> None:
         """Stop now; a job cut off here was not committed and runs again at the next start."""
-        tasks = [t for t in (self._loop_task, *self._running) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with suppress(asyncio.CancelledError, Exception):
-                await task
+        self._stopping = True  # the loop claims nothing more, even if a cancel went astray
+        if self._loop_task is not None:
+            await _cancelled(self._loop_task)
+        for task in list(self._running):
+            await _cancelled(task)
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 jobs = await self._queue.claim(
                     self._concurrency - len(self._running),
@@ -88,8 +88,12 @@ class Worker:
                 self._running[task] = job.user_id
                 task.add_done_callback(self._finished)
             self._wakeup.clear()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that
+            # arrives as the wait ends (the wake-up set at that moment), and stop() then waited
+            # for this loop forever.
             with suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), POLL_SECONDS)
+                async with asyncio.timeout(POLL_SECONDS):
+                    await self._wakeup.wait()
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
@@ -140,3 +144,12 @@ class Worker:
             self._metrics.answers_dropped.inc()
             logger.warning("job %s: the manager's answer was unusable; the job is dropped", job.id)
         return operations, aliases
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel `task` and wait until it has ended, cancelling again should it swallow a cancel."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=1.0)
+    with suppress(asyncio.CancelledError, Exception):
+        task.result()

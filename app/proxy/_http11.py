@@ -8,7 +8,11 @@ one request at a time; :meth:`_Connection.begin` resets it for the next. It prom
 - waits time out with ``TimeoutError`` after the given seconds of silence;
 - a connection that died before any byte of answer raises :class:`_Dead` (the caller may retry
   a reused connection: the keep-alive race);
-- ``reusable`` is true only after a complete response that allowed keep-alive.
+- ``reusable`` is true only after a complete response that allowed keep-alive;
+- a response head (status line and headers, informational ones included) over
+  :data:`MAX_HEAD_BYTES` or with more than :data:`MAX_HEADERS` headers is refused with
+  ``httpx.RemoteProtocolError`` and the connection closed: memory stays bounded whatever the
+  upstream sends (llhttp itself has no limit).
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ import httpx
 
 _HIGH_WATER = 1024 * 1024
 """Unread body bytes at which the socket stops being read (resumed once they are taken)."""
+MAX_HEAD_BYTES = 64 * 1024
+"""Most bytes of response head accepted (h11, httpx's default parser, allows 16 KiB)."""
+MAX_HEADERS = 256
+"""Most response headers accepted (OpenAI sends about 30)."""
 
 
 def expire(waiter: asyncio.Future[None]) -> None:
@@ -61,6 +69,7 @@ class Connection(asyncio.Protocol):
         self.buffered = 0
         self.error: BaseException | None = None
         self.got_bytes = False
+        self.head_bytes = 0
 
     # --- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -74,10 +83,19 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         self.got_bytes = True
+        if not self.headers_done:
+            self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self.error = httpx.RemoteProtocolError(f"malformed response from the upstream: {exc}")
+            self.close()
+        too_big = self.head_bytes > MAX_HEAD_BYTES or len(self.headers) > MAX_HEADERS
+        if too_big and not self.headers_done and self.error is None:
+            self.error = httpx.RemoteProtocolError(
+                f"the upstream's response head is over {MAX_HEAD_BYTES // 1024} KiB or "
+                f"{MAX_HEADERS} headers"
+            )
             self.close()
         self._wake()
 
@@ -105,6 +123,8 @@ class Connection(asyncio.Protocol):
         self.framed = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if len(self.headers) > MAX_HEADERS:
+            return  # refused once this feed is over (see data_received): keep no more
         self.headers.append((name, value))
         if name.lower() in (b"content-length", b"transfer-encoding"):
             self.framed = True
@@ -114,6 +134,8 @@ class Connection(asyncio.Protocol):
         if 100 <= status < 200:  # e.g. 103 Early Hints: wait for the real response
             self.informational = True
             return
+        if len(self.headers) > MAX_HEADERS:
+            return  # never done: data_received refuses it
         self.status = status
         self.headers_done = True
         # Read now: llhttp resets its per-message flags once the message is complete.

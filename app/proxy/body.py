@@ -6,33 +6,41 @@ place in the client's JSON, not pydantic's internal union labels.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from starlette.requests import Request
 
 from app.errors import BodyTooLarge, InvalidJSON, InvalidRequest, ValidationFailed
-from app.schemas.openai import ChatCompletionRequest, chat_request_adapter
+from app.proxy.offload import PIECE_ITEMS, pieces
+from app.proxy.requests import Classification, classify
+from app.schemas.checks import WRITABLE_DEPTH, json_problem, lone_surrogate_in
+from app.schemas.openai import ChatCompletionRequest, Message, chat_request_adapter
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, or :class:`BodyTooLarge` as soon as it is known to exceed `limit`."""
+async def read_body(
+    request: Request, limit: int, setting: str = "MEMPROXY_MAX_BODY_BYTES"
+) -> bytes:
+    """The whole body, or :class:`BodyTooLarge` (naming `setting`, the limit's source) as soon as
+    it is known to exceed `limit`."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(_too_large(limit))
+        raise BodyTooLarge(too_large(limit, setting))
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BodyTooLarge(_too_large(limit))
+            raise BodyTooLarge(too_large(limit, setting))
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def _too_large(limit: int) -> str:
-    return f"request body exceeds {limit} bytes (raise MEMPROXY_MAX_BODY_BYTES to allow more)"
+def too_large(limit: int, setting: str = "MEMPROXY_MAX_BODY_BYTES") -> str:
+    """The 413 message: the limit, and the setting that raises it."""
+    return f"request body exceeds {limit} bytes (raise {setting} to allow more)"
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -42,6 +50,10 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        found = lone_surrogate_in(raw) if "surrogate" in str(exc) else None
+        if found is not None:  # a "\ud800" escape: say in which field, as a 422 would
+            where, why = found
+            raise ValidationFailed(f"{where} {why}", param=where) from None
         raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidRequest(
@@ -50,16 +62,89 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return data
 
 
+def dump_json_object(data: dict[str, Any], client_body: dict[str, Any]) -> bytes:
+    """`data` (`client_body` as memproxy changed it) as JSON to forward; a body orjson cannot
+    write (nested deeper than 254 levels: orjson reads 1024) is a 422 naming the place in the
+    client's own body."""
+    try:
+        return _dumps(data)
+    except orjson.JSONEncodeError:
+        found = json_problem(client_body, max_depth=WRITABLE_DEPTH, numbers=False)
+        where, why = found or ("", "cannot be written as JSON")
+        raise ValidationFailed(
+            f"{where or 'body'} {why}: too deep for memproxy to add memories to (send it "
+            "with X-Memory: off)",
+            param=where or None,
+        ) from None
+
+
+def _dumps(data: dict[str, Any]) -> bytes:
+    """``orjson.dumps(data)``, byte for byte; many messages are written a slice at a time, so
+    that no one call holds the GIL for long (:mod:`app.proxy.offload`)."""
+    messages = data.get("messages")
+    if not (isinstance(messages, list) and len(messages) > PIECE_ITEMS):
+        return orjson.dumps(data)
+    out = [b"{"]
+    for key, value in data.items():
+        out += [b"," if len(out) > 1 else b"", orjson.dumps(key), b":"]
+        if key == "messages":
+            # Each slice written as a list, its brackets dropped: the elements, comma-separated.
+            items = b",".join(orjson.dumps(part)[1:-1] for _, part in pieces(messages))
+            out += [b"[", items, b"]"]
+        else:
+            out.append(orjson.dumps(value))
+    out.append(b"}")
+    return b"".join(out)
+
+
+_messages_adapter: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+
+
+def read_chat(
+    raw: bytes, task_header: str | None
+) -> tuple[dict[str, Any], ChatCompletionRequest, Classification]:
+    """Parse, check and classify a chat body: the CPU-heavy start of every chat, in one function
+    so that a large body takes one trip to a worker thread for all of it."""
+    data = parse_json_object(raw)
+    checked = validate_chat_request(data)
+    return data, checked, classify(data["messages"], task_header)
+
+
 def validate_chat_request(data: dict[str, Any]) -> ChatCompletionRequest:
     """Check a chat completion body; 422 with the first offending field as `param`."""
+    messages = data.get("messages")
+    if isinstance(messages, list) and len(messages) > PIECE_ITEMS:
+        return _validate_in_pieces(data, messages)
     try:
         return chat_request_adapter.validate_python(data)
     except ValidationError as exc:
-        raise _as_validation_failed(exc, data) from None
+        raise _as_validation_failed(exc.errors(include_url=False), data) from None
 
 
-def _as_validation_failed(exc: ValidationError, data: Any) -> ValidationFailed:
-    errors = exc.errors(include_url=False)
+def _validate_in_pieces(data: dict[str, Any], messages: list[Any]) -> ChatCompletionRequest:
+    """The check of :func:`validate_chat_request`, a slice of messages per call into pydantic
+    (:mod:`app.proxy.offload`): the body with its first slice, then each further slice. When
+    several messages are wrong, the first wrong slice is the one reported."""
+    try:
+        first = chat_request_adapter.validate_python({**data, "messages": messages[:PIECE_ITEMS]})
+    except ValidationError as exc:
+        raise _as_validation_failed(exc.errors(include_url=False), data) from None
+    checked = list(first.messages)
+    for start, part in pieces(messages):
+        if start == 0:
+            continue
+        try:
+            checked += _messages_adapter.validate_python(part)
+        except ValidationError as exc:
+            errors = [
+                {**e, "loc": ("messages", start + int(e["loc"][0]), *e["loc"][1:])}
+                for e in exc.errors(include_url=False)
+            ]
+            raise _as_validation_failed(errors, data) from None
+    return first.model_copy(update={"messages": checked})
+
+
+def _as_validation_failed(errors: Sequence[Any], data: Any) -> ValidationFailed:
     located = [(_error_path(data, e), e) for e in errors]
     # A union reports one error per alternative: the deepest place is the one that matched the
     # input's shape (a list given where `str | list` was allowed fails inside the list).

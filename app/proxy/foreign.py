@@ -21,19 +21,13 @@ system message became a user message (Open WebUI sends the system prompt as a us
 
 from __future__ import annotations
 
-import re
+from app.proxy.injection import remove_blocks
 
 OPENWEBUI_MEMORY_START = "<memory_context>"
 OPENWEBUI_MEMORY_END = "</memory_context>"
-_OPENWEBUI_MEMORY = re.compile(
-    r"\n*" + re.escape(OPENWEBUI_MEMORY_START) + r".*?" + re.escape(OPENWEBUI_MEMORY_END) + r"\n*",
-    re.S,
-)
 
 
 def strip_foreign(text: str) -> str:
     """`text` without Open WebUI's memory blocks (closed ones: an unclosed tag may be the user's
     own words), what surrounded them kept."""
-    if OPENWEBUI_MEMORY_START not in text:
-        return text
-    return _OPENWEBUI_MEMORY.sub("\n\n", text).strip("\n")
+    return remove_blocks(text, OPENWEBUI_MEMORY_START, OPENWEBUI_MEMORY_END)

@@ -39,6 +39,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from app.proxy.offload import PIECE_CHARS
 from app.schemas import openai as oa
 
 
@@ -144,10 +145,7 @@ def _user_item(part: oa.ContentPart) -> UserContent | None:
 def _file_item(ref: oa.FileRef) -> UserContent | None:
     if ref.file_data:
         if ref.file_data.startswith("data:"):
-            try:
-                return BinaryContent.from_data_uri(ref.file_data)
-            except ValueError:
-                return None
+            return _from_data_uri(ref.file_data)
         data = _b64(ref.file_data)
         if data is not None:
             return BinaryContent(data, media_type="application/pdf", identifier=ref.filename)
@@ -156,9 +154,29 @@ def _file_item(ref: oa.FileRef) -> UserContent | None:
     return None
 
 
-def _b64(data: str) -> bytes | None:
+def _from_data_uri(uri: str) -> UserContent | None:
+    media_type, marker, data = uri[len("data:") :].partition(";base64,")
+    if marker and len(data) > PIECE_CHARS and "%" not in data:
+        decoded = _b64(data)  # the same bytes as PydanticAI's, a piece at a time
+        if decoded is not None:
+            return BinaryContent.narrow_type(BinaryContent(decoded, media_type=media_type))
     try:
-        return base64.b64decode(data, validate=True)
+        return BinaryContent.from_data_uri(uri)
+    except ValueError:
+        return None
+
+
+def _b64(data: str) -> bytes | None:
+    """Strict base64, or None. A long string is decoded a piece at a time (a multiple of four
+    characters each), so that no one call holds the GIL for long (:mod:`app.proxy.offload`)."""
+    step = PIECE_CHARS - PIECE_CHARS % 4
+    pieces = [data[start : start + step] for start in range(0, len(data), step)]
+    if len(pieces) > 1 and pieces[-1].startswith("="):  # padding alone would be "leading"
+        pieces[-2:] = [pieces[-2] + pieces[-1]]
+    try:
+        if len(pieces) < 2 or any("=" in piece for piece in pieces[:-1]):
+            return base64.b64decode(data, validate=True)  # padding mid-way: one call says why
+        return b"".join(base64.b64decode(piece, validate=True) for piece in pieces)
     except (binascii.Error, ValueError):
         return None
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -42,6 +42,9 @@ class RequestContext:
     """The parsed client body (do not mutate: return a new one from `before_forward`)."""
     request: ChatCompletionRequest
     """The validated view of `body`."""
+    body_bytes: int = 0
+    """The client body's size: a large one is worked on off the event loop
+    (:func:`app.proxy.offload.off_loop`)."""
     state: dict[str, Any] = field(default_factory=dict)
     """The hooks' own notes from `before_forward` to `after_response` (e.g. a queued job)."""
 
@@ -126,9 +129,10 @@ class Preparation:
     """Extra response headers (e.g. how many memories were injected)."""
     injected: int | None = None
     """Memories put into the request, for the access log (None: the hook injects none)."""
-    on_first_byte: Callable[[], None] | None = None
-    """Called once the answer has started reaching the client (work that must happen before
-    the response completes, but must not hold back its first byte)."""
+    on_first_byte: Callable[[], Awaitable[None]] | None = None
+    """Awaited just before the answer's first byte is sent to the client: work that must be
+    done by the time the client has any of the answer (e.g. the Manager's job, durably). It
+    holds that byte back for as long as it takes: keep it short, and bound it."""
 
 
 class MemoryHooks(Protocol):

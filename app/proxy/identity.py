@@ -11,6 +11,13 @@ User resolution, first match wins:
 3. the body's ``user``: a string, or an object with ``id`` (Open WebUI pipelines);
 4. ``anonymous``, or 401 when ``MEMPROXY_REQUIRE_USER=true``.
 
+A key bound to no user names users as above, unless ``MEMPROXY_UNBOUND_KEYS_NAME_USERS=false``:
+then it is ``anonymous`` (401 with ``MEMPROXY_REQUIRE_USER``), an identity header sent with it is
+refused (403 ``unbound_key``) and the body's ``user`` is only forwarded, as with a bound key.
+
+Identity headers are read as UTF-8 (``X-User-Id: José`` names the same user as the body's
+``"user": "José"``); bytes that are not UTF-8 are refused (400 naming the header).
+
 With ``MEMPROXY_OPENWEBUI_JWT_SECRET`` set, anyone who can reach memproxy can no longer name a
 user: the user comes only from the HS256 token Open WebUI signs with the same secret
 (``FORWARD_USER_INFO_HEADER_JWT_SECRET``) and sends in ``X-OpenWebUI-User-Jwt``, with claims
@@ -108,18 +115,35 @@ def resolve_user(
     *,
     require_user: bool,
     jwt_secret: str | None = None,
+    unbound_names_users: bool = True,
 ) -> str:
-    """Apply the precedence in the module docstring."""
+    """Apply the precedence in the module docstring. `headers` are Starlette's (latin-1 text of
+    the bytes received)."""
     if jwt_secret is not None:
         return _signed_user(headers, header_names, key, jwt_secret, require_user=require_user)
-    header_user = None
+    header_user = named_by = None
     for name in header_names:
-        header_user = clean_user_id(headers.get(name), name)
+        header_user = clean_user_id(header_text(headers, name), name)
         if header_user:
+            named_by = name
             break
     if key is not None and key.user_id is not None:
         _check_bound(key.user_id, header_user, "request headers")
         return key.user_id
+    if key is not None and not unbound_names_users:
+        if named_by is not None:
+            raise PermissionDenied(
+                f"this API key is bound to no user and may not name one in the {named_by} "
+                "header (MEMPROXY_UNBOUND_KEYS_NAME_USERS is off): use a key bound to the user "
+                "(key:user in MEMPROXY_API_KEYS)",
+                param=named_by,
+                code="unbound_key",
+            )
+        return _nobody(
+            require_user,
+            "no user given: this API key is bound to no user and may not name one "
+            "(MEMPROXY_UNBOUND_KEYS_NAME_USERS is off, MEMPROXY_REQUIRE_USER is on)",
+        )
     if header_user:
         return header_user
     raw_body_user = body_user.id if isinstance(body_user, EndUser) else body_user
@@ -131,6 +155,22 @@ def resolve_user(
         "no user given: send an X-User-Id header, a 'user' field, or use a key bound to a user "
         "(MEMPROXY_REQUIRE_USER is on)",
     )
+
+
+def header_text(headers: Mapping[str, str], name: str) -> str | None:
+    """Header `name` as the client wrote it. HTTP carries bytes, which Starlette hands over
+    decoded as latin-1 (``José`` in UTF-8 would read ``JosÃ©``); identity headers are read as
+    UTF-8, what curl, browsers' fetch and Open WebUI send. 400 naming the header when the bytes
+    are not UTF-8."""
+    value = headers.get(name)
+    if value is None or value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:  # not UTF-8 (or text that never came from the wire)
+        raise InvalidRequest(
+            f"the {name} header is not valid UTF-8", param=name, code="invalid_user"
+        ) from None
 
 
 def _signed_user(

@@ -4,6 +4,10 @@ The block is wrapped in markers so it can be found again: inserting into a body 
 one (a client that echoes the system prompt back, or two memproxies in a row) replaces it rather
 than adding a second copy. The block goes at the end of the first system message, or into a new
 first system message when there is none. The client's body is never mutated.
+
+Blocks are found with `str.find`, never a regex: the obvious pattern (newlines, start tag,
+anything, end tag, newlines) takes time quadratic in the text when a start tag has no end tag
+or follows a long run of newlines (300 KB of start tags kept the GIL for 30 s).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any
 
 BLOCK_START = "<memproxy-memories>"
 BLOCK_END = "</memproxy-memories>"
-_BLOCK = re.compile(r"\n*" + re.escape(BLOCK_START) + r".*?" + re.escape(BLOCK_END) + r"\n*", re.S)
+_NEWLINES = re.compile(r"\n*")
 
 
 def wrap_block(text: str) -> str:
@@ -22,7 +26,28 @@ def wrap_block(text: str) -> str:
 
 def strip_block(text: str) -> str:
     """Remove any memory block from a text, keeping what surrounds it."""
-    return _BLOCK.sub("\n\n", text).strip("\n") if BLOCK_START in text else text
+    return remove_blocks(text, BLOCK_START, BLOCK_END)
+
+
+def remove_blocks(text: str, start: str, end: str) -> str:
+    """`text` without its closed `start`...`end` blocks, each replaced (with the newlines around
+    it) by a blank line, and stripped of newlines at both ends; `text` itself when it holds no
+    `start`. An unclosed `start` is kept: it may be the user's own words. Linear in the text."""
+    if start not in text:
+        return text
+    kept: list[str] = []
+    done = 0  # everything before this is in `kept` or removed
+    while (opened := text.find(start, done)) >= 0:
+        closed = text.find(end, opened + len(start))
+        if closed < 0:
+            break
+        before = text[done:opened]
+        kept += [before.rstrip("\n"), "\n\n"]
+        done = closed + len(end)
+        newlines = _NEWLINES.match(text, done)  # always matches, maybe nothing
+        done = newlines.end() if newlines else done
+    kept.append(text[done:])
+    return "".join(kept).strip("\n")
 
 
 def insert_memory_block(body: dict[str, Any], text: str) -> dict[str, Any]:

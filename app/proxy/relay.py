@@ -11,6 +11,12 @@ when the upstream breaks off mid-stream the client's last event is whole and the
 ``data: {"error": ...}`` event memproxy adds is readable. A copy of the bytes (capped) is kept
 for the completion hook, which reads the assistant's text from it after the response is done.
 
+A body that breaks off (a short Content-Length, broken chunks, a read timeout) never reaches the
+client as a complete answer: before any of it was sent, the client gets a 502 (504 for a timeout);
+after, the response is left unfinished (SSE: after a final error event), so the server drops the
+connection and the client's HTTP library reports the failure. An upstream error status is relayed
+with its ``Retry-After`` and rate-limit headers.
+
 An exchange that fails on the upstream's side is logged once, at WARNING, with the upstream URL
 (password masked), the status answered and the cause: an answer of 5xx (unreachable: 502,
 timeout: 504, or the upstream's own 5xx), or a body broken off mid-way.
@@ -22,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -52,9 +58,10 @@ FinishCallback = Callable[[Outcome, int, list[bytes]], None]
 
 
 class ProxyResponse(Response):
-    """Open `request` upstream and relay the answer; `on_first_byte()` is called once the first
-    piece of the answer's body has been sent to the client, `on_finish(outcome, status,
-    captured)` once the exchange is over, after the last byte was sent (or the client left)."""
+    """Open `request` upstream and relay the answer; `on_first_byte()` is awaited just before
+    the answer's first body byte is sent to the client (the client has none of it before that
+    returns), `on_finish(outcome, status, captured)` is called once the exchange is over, after
+    the last byte was sent (or the client left)."""
 
     def __init__(
         self,
@@ -63,7 +70,7 @@ class ProxyResponse(Response):
         *,
         extra_headers: list[tuple[bytes, bytes]] | None = None,
         on_finish: FinishCallback | None = None,
-        on_first_byte: Callable[[], None] | None = None,
+        on_first_byte: Callable[[], Awaitable[None]] | None = None,
         capture: bool = False,
     ) -> None:
         self.upstream = upstream
@@ -124,7 +131,8 @@ class ProxyResponse(Response):
             state.sent_last = True
             if status >= 500:
                 self._log_failure(status, _cause(exc), exc.message)
-            await _send_json(send, status, exc.to_body(), self.extra_headers)
+            passed = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in exc.headers.items()]
+            await _send_json(send, status, exc.to_body(), passed + self.extra_headers)
             return
         notes["upstream_ms"] = round((time.perf_counter() - started) * 1000, 1)  # access log
         state.status = response.status_code
@@ -134,23 +142,29 @@ class ProxyResponse(Response):
         if sse:
             # Tell buffering reverse proxies (nginx) to pass events through as they come.
             headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+        start = {
+            "type": "http.response.start",
+            "status": response.status_code,
+            "headers": headers + self.extra_headers,
+        }
         try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": response.status_code,
-                    "headers": headers + self.extra_headers,
-                }
-            )
-            await self._relay(response, send, state, sse)
+            await self._relay(response, send, state, sse, start)
         except OSError:  # the client's socket is gone; uvicorn says so on send
             state.outcome = Outcome.CLIENT_DISCONNECTED
         finally:
             await response.aclose()
 
     async def _relay(
-        self, response: httpx.Response, send: Send, state: _Exchange, sse: bool
+        self,
+        response: httpx.Response,
+        send: Send,
+        state: _Exchange,
+        sse: bool,
+        start: dict[str, Any],
     ) -> None:
+        # The head goes out with the first piece of body: a body that fails before it can still
+        # be answered with a 502 instead of a 200 that ends early.
+        started = False
         pending = b""
         try:
             async for chunk in response.aiter_bytes():
@@ -159,23 +173,40 @@ class ProxyResponse(Response):
                     chunk, pending = _split_at_event_end(pending + chunk if pending else chunk)
                     if not chunk:
                         continue
+                if not started:
+                    started = True
+                    await send(start)
+                await self._before_first_byte()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                if self.on_first_byte is not None:
-                    self.on_first_byte()
-                    self.on_first_byte = None
         except httpx.HTTPError as exc:
             state.outcome = Outcome.UPSTREAM_FAILED
             cause = "timeout" if isinstance(exc, httpx.TimeoutException) else "broken off"
-            self._log_failure(
-                response.status_code, f"{cause} mid-body", f"{type(exc).__name__}: {exc}"
-            )
+            detail = f"{type(exc).__name__}: {exc}"
+            state.sent_last = True
+            if not started:
+                error = self.upstream.body_error(exc)
+                state.status = error.status_code
+                self._log_failure(error.status_code, f"{cause} before the body", detail)
+                await _send_json(send, error.status_code, error.to_body(), self.extra_headers)
+                return
+            self._log_failure(response.status_code, f"{cause} mid-body", detail)
             if sse:  # a partial event is dropped: the client gets whole events, then the error
                 await send(
                     {"type": "http.response.body", "body": _error_event(exc), "more_body": True}
                 )
-            pending = b""
+            # No end of body: returning without it makes the server drop the connection, so the
+            # client sees a broken answer (curl and httpx fail), never a well-framed short one.
+            return
+        await self._before_first_byte()  # an empty answer is still an answer
         state.sent_last = True
+        if not started:
+            await send(start)
         await send({"type": "http.response.body", "body": pending, "more_body": False})
+
+    async def _before_first_byte(self) -> None:
+        if self.on_first_byte is not None:
+            hook, self.on_first_byte = self.on_first_byte, None
+            await hook()
 
     def _log_failure(self, status: int, cause: str, detail: str) -> None:
         request = self.upstream_request

@@ -11,12 +11,11 @@ from __future__ import annotations
 import logging
 import time
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from app.config import ApiKey, Settings
-from app.proxy.body import parse_json_object, read_body, validate_chat_request
+from app.proxy.body import dump_json_object, read_body, read_chat
 from app.proxy.hooks import (
     BackgroundRunner,
     Completion,
@@ -26,8 +25,9 @@ from app.proxy.hooks import (
     RequestContext,
 )
 from app.proxy.identity import resolve_user, token_secret
+from app.proxy.offload import off_loop
 from app.proxy.relay import ProxyResponse
-from app.proxy.requests import classify, parse_memory_mode
+from app.proxy.requests import parse_memory_mode
 from app.proxy.upstream import Upstream
 
 logger = logging.getLogger("memproxy.proxy")
@@ -45,12 +45,15 @@ class ChatProxy:
         self._task_header = settings.task_header
         self._require_user = settings.require_user
         self._jwt_secret = token_secret(settings)
+        self._unbound_names_users = settings.unbound_keys_name_users
 
     async def chat(self, request: Request, key: ApiKey | None, request_id: str) -> Response:
         raw = await read_body(request, self._max_body)
-        data = parse_json_object(raw)
-        checked = validate_chat_request(data)
         headers = request.headers
+        # Tens of megabytes take a second to parse and check: not on the loop (offload.py).
+        data, checked, kind = await off_loop(
+            len(raw), read_chat, raw, headers.get(self._task_header)
+        )
         mode = parse_memory_mode(headers.get("x-memory"))
         user_id = resolve_user(
             headers,
@@ -59,8 +62,8 @@ class ChatProxy:
             key,
             require_user=self._require_user,
             jwt_secret=self._jwt_secret,
+            unbound_names_users=self._unbound_names_users,
         )
-        kind = classify(data["messages"], headers.get(self._task_header))
         ctx = RequestContext(
             request_id=request_id,
             user_id=user_id,
@@ -69,6 +72,7 @@ class ChatProxy:
             memory_mode=mode,
             body=data,
             request=checked,
+            body_bytes=len(raw),
         )
         request.state.user_id = user_id  # for the access log line
         request.state.kind = kind.kind.value
@@ -82,7 +86,7 @@ class ChatProxy:
                 request.state.injected = preparation.injected
         content = raw
         if preparation is not None and preparation.body is not None:
-            content = orjson.dumps(preparation.body)
+            content = await off_loop(len(raw), dump_json_object, preparation.body, data)
         upstream_headers = self.upstream.headers(headers.items(), request_id)
         if "content-type" not in headers:
             upstream_headers.append(("content-type", "application/json"))

@@ -173,8 +173,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
             raise httpx.ConnectTimeout(
                 f"timed out connecting to {host}:{port}", request=request
             ) from None
-        except (OSError, ssl.SSLError) as exc:
-            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from None
+        except (OSError, ssl.SSLError) as exc:  # kept as the cause: a failed certificate check
+            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
         return conn
 
     async def _wait_turn(

@@ -11,10 +11,16 @@ Header policy (what goes upstream):
   never leaves memproxy;
 - ``X-Request-Id``: this request's id, so upstream logs can be matched with ours.
 
-Errors: refused connection or unresolvable host -> :class:`UpstreamUnreachable` (502); any
-timeout -> :class:`UpstreamTimeout` (504); both name the URL (a password in it masked) and the
-setting to change. An HTTP error status -> :class:`UpstreamStatusError` carrying the upstream's
-status and body.
+Header policy (what comes back): the upstream's headers, except hop-by-hop ones,
+``Content-Length``, ``Content-Encoding``, ``Date`` and ``Server``; with an error status only
+``Retry-After`` and the rate-limit headers (``X-RateLimit-*``, ``RateLimit*``), which tell the
+client when to try again.
+
+Errors: refused connection or unresolvable host, or an answer that is not valid HTTP (a response
+head over 64 KiB included) -> :class:`UpstreamUnreachable` (502); any timeout ->
+:class:`UpstreamTimeout` (504); both name the URL (a password in it masked: every message uses
+:attr:`Upstream.shown_url`) and the setting to change. An HTTP error status ->
+:class:`UpstreamStatusError` carrying the upstream's status, body and retry headers.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from collections.abc import Sequence
 import httpx
 
 from app.config import Settings
-from app.errors import UpstreamStatusError, UpstreamTimeout, UpstreamUnreachable
+from app.errors import UpstreamError, UpstreamStatusError, UpstreamTimeout, UpstreamUnreachable
 from app.log import mask_url
 from app.metrics import Metrics
+from app.proxy.tls import ssl_context, verification_failed, verification_hint
 from app.proxy.transport import LeanTransport
 
 HOP_BY_HOP = frozenset(
@@ -57,11 +64,13 @@ _DROP_RESPONSE = frozenset(
     name.encode() for name in HOP_BY_HOP | {"content-length", "content-encoding", "date", "server"}
 )
 _IDENTITY_PREFIX = "x-openwebui-user-"
+_RATE_LIMIT_PREFIXES = ("x-ratelimit-", "ratelimit")
 MAX_ERROR_BODY = 1024 * 1024
 
 
 def build_transport(settings: Settings) -> httpx.AsyncBaseTransport:
-    """The pooled HTTP/1.1 transport to the upstream (see `app.proxy.transport`)."""
+    """The pooled HTTP/1.1 transport to the upstream (see `app.proxy.transport`), trusting
+    what `app.proxy.tls` says."""
     limits = httpx.Limits(
         max_connections=settings.upstream_max_connections,
         max_keepalive_connections=settings.upstream_max_connections,
@@ -69,7 +78,7 @@ def build_transport(settings: Settings) -> httpx.AsyncBaseTransport:
         # the server is about to close would fail a request.
         keepalive_expiry=4,
     )
-    return LeanTransport(limits=limits)
+    return LeanTransport(limits=limits, verify=ssl_context(settings, httpx.create_ssl_context))
 
 
 def build_client(settings: Settings, transport: httpx.AsyncBaseTransport) -> httpx.AsyncClient:
@@ -170,16 +179,39 @@ class Upstream:
             raise self._timeout(exc) from None
         except httpx.TransportError as exc:
             self._observe(request, "unreachable", started)
+            if (failed := verification_failed(exc)) is not None:
+                raise UpstreamUnreachable(
+                    f"cannot reach the upstream at {self.shown_url}: {verification_hint(failed)}"
+                ) from None
             reason = f"{type(exc).__name__}: {exc or 'no detail'}"
+            what = (
+                "no valid answer from" if isinstance(exc, httpx.RemoteProtocolError)
+                else "cannot reach"
+            )  # fmt: skip
             raise UpstreamUnreachable(
-                f"cannot reach the upstream at {self.shown_url} ({reason}); check that it is "
+                f"{what} the upstream at {self.shown_url} ({reason}); check that it is "
                 "running and that MEMPROXY_UPSTREAM_BASE_URL points at it"
             ) from None
         self._observe(request, f"{response.status_code // 100}xx", started)
         if response.status_code >= 400:
             body = await _read_capped(response, MAX_ERROR_BODY)
-            raise UpstreamStatusError(response.status_code, body)
+            retry = {
+                name: value
+                for name, value in response.headers.items()
+                if name == "retry-after" or name.startswith(_RATE_LIMIT_PREFIXES)
+            }
+            raise UpstreamStatusError(response.status_code, body, headers=retry)
         return response
+
+    def body_error(self, exc: httpx.HTTPError) -> UpstreamError:
+        """The error for a body that failed before any of it reached the client."""
+        if isinstance(exc, httpx.TimeoutException):
+            return self._timeout(exc)
+        return UpstreamUnreachable(
+            f"the upstream at {self.shown_url} broke off before sending its answer "
+            f"({type(exc).__name__}: {exc or 'no detail'})",
+            code="upstream_disconnected",
+        )
 
     def _observe(self, request: httpx.Request, result: str, started: float) -> None:
         if self._metrics is None:

@@ -2,7 +2,9 @@
 
 Unknown fields are refused (``extra="forbid"``): this API is memproxy's own, and a misspelt
 ``pinned`` silently ignored would be worse than a 422 naming it. Content length is checked
-against ``MEMPROXY_MEMORY_MAX_CHARS`` by the router (a setting, not a constant).
+against ``MEMPROXY_MEMORY_MAX_CHARS`` by the router (a setting, not a constant). Content and
+metadata must be storable (:mod:`app.schemas.checks`): valid Unicode, integers within 64 bits,
+metadata nested at most 32 levels and at most 16 KiB as JSON; else a 422 naming the place.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from app.errors import InvalidRequest, ValidationFailed
 from app.memory.models import MemorySource, MemoryType
 from app.memory.records import MemoryRecord, NewMemory
+from app.schemas.checks import json_problem, lone_surrogate, lone_surrogate_in, shown
 
 MAX_BATCH = 1000
 MAX_IMPORT_LINES = 10 * MAX_BATCH
 MAX_METADATA_BYTES = 16_384
+MAX_METADATA_DEPTH = 32
+"""Deepest nesting of `metadata` (the object itself is level 1)."""
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,36}$"
 
 
@@ -31,10 +36,16 @@ def _content(value: str) -> str:
     value = value.strip()
     if not value:
         raise ValueError("content must not be empty")
+    if (why := lone_surrogate(value)) is not None:  # a "\ud800" escape: SQLite cannot store it
+        raise ValueError(f"content {why}")
     return value
 
 
 def _metadata(value: dict[str, Any]) -> dict[str, Any]:
+    # Checked before it is written as JSON: orjson refuses what Python's parser let through.
+    problem = json_problem(value, "metadata", max_depth=MAX_METADATA_DEPTH)
+    if problem is not None:
+        raise ValueError(" ".join(problem))
     if len(orjson.dumps(value)) > MAX_METADATA_BYTES:
         raise ValueError(f"metadata must be at most {MAX_METADATA_BYTES} bytes as JSON")
     return value
@@ -203,8 +214,15 @@ def read_import(raw: bytes, max_chars: int) -> list[NewMemory]:
             item = MemoryImport.model_validate_json(line)
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join([f"line {number}", *(str(p) for p in first["loc"])])
-            raise ValidationFailed(f"line {number}: {first['msg']}", param=where) from None
+            found = lone_surrogate_in(line) if first["type"] == "json_invalid" else None
+            if found is not None:  # pydantic's "unexpected end of hex escape" names no field
+                where, why = found
+                raise ValidationFailed(
+                    f"line {number}: {where} {why}", param=f"line {number}.{where}"
+                ) from None
+            where = shown(".".join([f"line {number}", *(str(p) for p in first["loc"])]))
+            reason = first["msg"].removeprefix("Value error, ")
+            raise ValidationFailed(f"line {number}: {reason}", param=where) from None
         check_length(item.content, max_chars, f"line {number}.content")
         items.append(
             NewMemory(

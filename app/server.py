@@ -1,0 +1,187 @@
+"""How `memproxy serve` runs uvicorn: its options, and an HTTP protocol that bounds request heads.
+
+uvicorn's httptools protocol reads a request's line and headers without a size limit and waits
+for them forever, so a client could send megabytes of headers or hold connections open with half
+a header. :class:`GuardedHttpToolsProtocol` caps the head at ``MEMPROXY_MAX_HEADER_BYTES`` (431),
+gives up on a head not complete ``MEMPROXY_CLIENT_HEADER_TIMEOUT_SECONDS`` after the connection
+opened or the request began (408; a connection that sent nothing is just closed), and answers
+what uvicorn refuses itself (a malformed request line or header, e.g. a NUL byte in it; more than
+``MEMPROXY_MAX_CONNECTIONS`` at once) in OpenAI's error shape instead of plain text. Request
+bodies are guarded in the app (app.body_guard), so also under any other ASGI server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar, Literal
+
+import orjson
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.flow_control import service_unavailable
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
+
+from app.config import Settings
+from app.errors import HeadersTooLarge, InvalidRequest, MemproxyError, RequestTimeout, ServerBusy
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for `uvicorn.run` / `uvicorn.Config` (all but the app and address)."""
+    return {
+        "http": guarded_protocol(settings),
+        # uvicorn refuses when the open connections, this one included, reach the limit
+        "limit_concurrency": settings.max_connections + 1,
+        "access_log": False,  # memproxy logs one line per request itself, with its request id
+        "server_header": False,
+        "log_level": settings.log_level.lower(),
+    }
+
+
+def guarded_protocol(settings: Settings) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class with the settings' limits (uvicorn builds it with its own arguments)."""
+
+    class Protocol(GuardedHttpToolsProtocol):
+        max_head_bytes = settings.max_header_bytes
+        head_timeout = settings.client_header_timeout_seconds
+
+    return Protocol
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, with a bounded head and OpenAI-shaped refusals."""
+
+    max_head_bytes: ClassVar[int] = 64 * 1024
+    head_timeout: ClassVar[float] = 10.0
+    _reading: Literal["idle", "head", "body"] = "idle"
+    """Where the parser is: between requests, in a request's head, in its body."""
+    _head_bytes = 0
+    _heads_done = 0
+    _head_timer: asyncio.TimerHandle | None = None
+    _refusal: MemproxyError | None = None
+    """Why a parser callback stopped the parser, for the answer (else: a malformed request)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():  # refused: what the client still sends is not read
+            return
+        counted = self._reading != "body"
+        heads_done = self._heads_done
+        super().data_received(data)
+        if self._heads_done != heads_done:
+            # A head ended in this chunk; any next one begun in it is counted from the next
+            # chunk on (so the cap can be passed by at most one read, ~64-256 KiB).
+            self._head_bytes = 0
+        elif counted and self._reading != "body":
+            self._head_bytes += len(data)
+            if self._head_bytes > self.max_head_bytes and not self.transport.is_closing():
+                self._refuse(_too_large(self.max_head_bytes))
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._reading = "head"
+        self._start_head_timer()
+
+    def on_headers_complete(self) -> None:
+        self._reading = "body"
+        self._heads_done += 1
+        self._stop_head_timer()
+        # A whole head may come in one read, never counted by data_received: measured here.
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.max_head_bytes:
+            self._refusal = _too_large(self.max_head_bytes)
+            raise self._refusal  # stops the parser: data_received answers with send_400_response
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._reading = "idle"
+        super().on_message_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        """What uvicorn answers a request the parser refuses: here in OpenAI's shape."""
+        self._refuse(
+            self._refusal
+            or InvalidRequest(
+                "malformed HTTP request: bad request line, header name or header value "
+                "(control characters such as NUL are not allowed in headers)",
+                code="invalid_http_request",
+            )
+        )
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        if app is service_unavailable:  # over MEMPROXY_MAX_CONNECTIONS
+            app = _server_busy
+        super()._start_asgi_task(cycle, app)
+
+    def _start_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self._reading != "head":  # opened and never used: nothing to answer
+            self.transport.close()
+            return
+        self._refuse(
+            RequestTimeout(
+                f"request headers not complete within {self.head_timeout:g} s "
+                "(MEMPROXY_CLIENT_HEADER_TIMEOUT_SECONDS)"
+            )
+        )
+
+    def _refuse(self, error: MemproxyError) -> None:
+        """Answer `error` and close the connection, unless a response is under way on it (a
+        pipelined request's head): then only close."""
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.write(_raw_response(error, self.server_state.default_headers))
+        self.transport.close()
+
+
+def _too_large(limit: int) -> HeadersTooLarge:
+    return HeadersTooLarge(
+        f"request line and headers exceed {limit} bytes (MEMPROXY_MAX_HEADER_BYTES)"
+    )
+
+
+def _raw_response(error: MemproxyError, default_headers: list[tuple[bytes, bytes]]) -> bytes:
+    body = orjson.dumps(error.to_body())
+    headers = [
+        *default_headers,
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        *((name.lower().encode(), value.encode()) for name, value in error.headers.items()),
+    ]
+    lines = [STATUS_LINE[error.status_code], *(n + b": " + v + b"\r\n" for n, v in headers)]
+    return b"".join([*lines, b"\r\n", body])
+
+
+async def _server_busy(scope: Scope, receive: Receive, send: Send) -> None:
+    error = ServerBusy("memproxy is handling as many connections as it may: retry shortly")
+    body = orjson.dumps(error.to_body())
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        (b"retry-after", b"1"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
