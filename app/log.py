@@ -140,12 +140,14 @@ def configure_logging(level: str, log_format: str = "text") -> None:
 
 
 def mask_url(url: str) -> str:
-    """`url` fit for a log line or an error message: a password in it is replaced by ``***``."""
+    """`url` fit for a log line or an error message: a password in it is replaced by ``***``,
+    and so is a user name that comes alone (``https://TOKEN@host``: often a key, not a name)."""
     try:
         parts = urlsplit(url)
-        if parts.password is None:
+        if "@" not in parts.netloc:
             return url
         host = parts.netloc.rsplit("@", 1)[1]
-        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+        user = "***" if parts.password is None else f"{parts.username or ''}:***"
+        return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
     except ValueError:  # not a URL urllib parses (a bad port): show its scheme only
         return url.split(":", 1)[0] + ":..."

@@ -159,6 +159,35 @@ async def test_a_ten_turn_chat_creates_each_memory_once(
     assert await memories(client) == expected
 
 
+async def test_a_huge_turn_reaches_the_manager_as_its_start_and_end(
+    make_client: AppClientFactory, upstream: respx.Router
+) -> None:
+    """A pasted document in a turn is cut for the Manager (the job and its prompt stay small);
+    the request to remember before it, and the question after it, are kept."""
+    prompts: list[str] = []
+
+    def manager(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompts.append(
+            str(next(m for m in messages if isinstance(m, ModelRequest)).parts[-1].content)
+        )  # type: ignore[union-attr]
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"operations": []})])
+
+    upstream.post("/chat/completions").respond(json=completion_json("Noted. " + "y" * 50_000))
+    client = await manager_client(make_client, manager)
+    text = "Remember that I play chess. " + "x" * 300_000 + " What opening suits me?"
+    response = await client.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": text}]},
+        headers=ANN,
+    )
+    assert response.status_code == 200
+    await until(lambda: _no_jobs(client))
+    (prompt,) = prompts
+    assert len(prompt) < 20_000  # two turns of at most ~8k characters, and the frame
+    assert "USER: Remember that I play chess." in prompt and "What opening suits me?" in prompt
+    assert "characters left out ...]" in prompt
+
+
 async def _equals(coro: Awaitable[list[str]], expected: list[str]) -> bool:
     return await coro == expected
 

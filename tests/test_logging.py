@@ -21,7 +21,13 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from app import startup
 from app.config import Settings
-from app.log import RequestIdFilter, TextFormatter, configure_logging, memproxy_handler
+from app.log import (
+    RequestIdFilter,
+    TextFormatter,
+    configure_logging,
+    mask_url,
+    memproxy_handler,
+)
 from app.main import create_app
 from app.proxy.hooks import RequestContext
 from app.startup import redact
@@ -205,6 +211,15 @@ def test_database_passwords_are_never_shown() -> None:
     assert (
         redact("sqlite+aiosqlite:///./data/memproxy.db") == "sqlite+aiosqlite:///./data/memproxy.db"
     )
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("http://user:PASS@host:8080/v1", "http://user:***@host:8080/v1"),
+    ("https://sk-TOKEN@api.example/v1", "https://***@api.example/v1"),  # a lone name: a key
+    ("http://host/v1", "http://host/v1"),
+])  # fmt: skip
+def test_upstream_urls_are_masked_for_logs_and_errors(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
 
 
 async def test_json_mode_logs_warnings_and_library_lines_as_json(

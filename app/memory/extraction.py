@@ -45,6 +45,23 @@ SEARCH_OVERLAP = 256
 straddles two windows is missed. The phrases are a few words long."""
 
 
+TURN_HEAD_CHARS = 6000
+TURN_TAIL_CHARS = 2000
+"""A turn longer than both together reaches the Manager as its start and its end: what a user
+asks to remember sits around a pasted document, not inside its middle, and a 50 MB turn in a job
+would stall the worker (its JSON, its prompt) and overflow any model's context."""
+
+
+def for_manager(text: str) -> str:
+    """`text` as a job stores it for the Manager: whole, or its start and end around a note of
+    how much was left out."""
+    if len(text) <= TURN_HEAD_CHARS + TURN_TAIL_CHARS:
+        return text
+    cut = len(text) - TURN_HEAD_CHARS - TURN_TAIL_CHARS
+    note = f"[... {cut:,} characters left out ...]"
+    return f"{text[:TURN_HEAD_CHARS]}\n{note}\n{text[-TURN_TAIL_CHARS:]}"
+
+
 def is_explicit(text: str) -> bool:
     """True when the text asks to remember or forget something (see :data:`EXPLICIT`)."""
     # A search from `start` sees the character before it (for `\b`); one ending at `end` sees

@@ -30,7 +30,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.db import writing
-from app.memory.extraction import Exchange, fingerprints_of
+from app.memory.extraction import Exchange, fingerprints_of, for_manager
 from app.memory.models import JobStatus, ManagerJob, ManagerState, ProcessedTurn
 from app.memory.records import aware, now
 
@@ -66,7 +66,7 @@ def _owned(exchange: Exchange, taken: set[str]) -> list[list[str]]:
         if turn.role == "user":
             keep = marks.get(offset + i) in taken
         if keep:
-            out.append([turn.role, turn.text])
+            out.append([turn.role, for_manager(turn.text)])
     return out
 
 
@@ -118,7 +118,8 @@ class JobQueue:
             job = ManagerJob(
                 id=str(uuid.uuid4()), user_id=user_id, explicit=exchange.explicit,
                 status=JobStatus.AWAITING.value, attempts=0, next_attempt_at=stamp,
-                payload={"model": model, "context": [[t.role, t.text] for t in exchange.context],
+                payload={"model": model,
+                         "context": [[t.role, for_manager(t.text)] for t in exchange.context],
                          "new": _owned(exchange, taken), "fingerprints": sorted(taken)},
                 created_at=stamp,
             )  # fmt: skip
@@ -141,7 +142,8 @@ class JobQueue:
             if job is None:
                 return 0  # taken over at a restart, or withdrawn
             if reply and reply.strip():
-                job.payload = {**job.payload, "new": [*job.payload["new"], ["assistant", reply]]}
+                new = [*job.payload["new"], ["assistant", for_manager(reply)]]
+                job.payload = {**job.payload, "new": new}
             return (await self._place(session, job, interval_seconds)).dropped
 
     async def withdraw(self, job_id: str) -> None:
