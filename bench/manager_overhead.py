@@ -5,9 +5,12 @@ memories of the user, so recall costs the same on both sides; every request is a
 message, so each one queues a Manager job. Prints TTFB and total time (p50, p99) and on/off
 ratios.
 
-Target (issue 4): unchanged, the ratios within run-to-run noise of 1.0.
+Target (issue 4): unchanged, the ratios within run-to-run noise of 1.0. Since issue 11 the job
+is written before the answer's first byte, while the upstream thinks: `--think-ms` makes the
+fake upstream wait that long before answering, as a model does before its first token (0, the
+default, shows the write's whole cost; a local model takes 100 ms or more).
 
-Run: .venv/bin/python bench/manager_overhead.py [--requests 200] [--delay-ms 500]
+Run: .venv/bin/python bench/manager_overhead.py [--requests 200] [--delay-ms 500] [--think-ms 0]
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from bench.overhead import MODELS, Connection, free_port, pct, seed, server  # n
 PACED = {"X-Fake-Chunks": "20", "X-Fake-Delay-Ms": "10"}
 
 
-async def run(requests: int, on_port: int, off_port: int) -> None:
-    on = Connection(on_port, "/v1/chat/completions", PACED, vary=True)
-    off = Connection(off_port, "/v1/chat/completions", PACED, vary=True)
+async def run(requests: int, on_port: int, off_port: int, think_ms: int) -> None:
+    headers = {**PACED, "X-Fake-Hang-Ms": str(think_ms)} if think_ms else PACED
+    on = Connection(on_port, "/v1/chat/completions", headers, vary=True)
+    off = Connection(off_port, "/v1/chat/completions", headers, vary=True)
     for _ in range(10):
         await on.send()
         await off.send()
@@ -40,7 +44,8 @@ async def run(requests: int, on_port: int, off_port: int) -> None:
         samples["on"].append(await on.send())
         samples["off"].append(await off.send())
     ms = 1000
-    print(f"{requests} streaming chats each (20 tokens, 10 ms apart), alternating (ms)")
+    print(f"{requests} streaming chats each (first token after {think_ms} ms, 20 tokens, 10 ms "
+          "apart), alternating (ms)")  # fmt: skip
     print(f"  {'':12} {'TTFB p50':>9} {'p99':>7} {'total p50':>10} {'p99':>7}")
     for name in ("off", "on"):
         first = [s[0] for s in samples[name]]
@@ -70,6 +75,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--delay-ms", type=int, default=500)
     parser.add_argument("--memories", type=int, default=1000, help="the user's memories, each side")
+    parser.add_argument("--think-ms", type=int, default=0, help="upstream's wait before answering")
     args = parser.parse_args()
     python = sys.executable
     up, manager, on, off = free_port(), free_port(), free_port(), free_port()
@@ -97,7 +103,7 @@ def main() -> None:
                 "MEMPROXY_MANAGER_ENABLED": "false"}),
         ):  # fmt: skip
             print(f"fake Manager answering in {args.delay_ms} ms; memproxy on :{on}, off :{off}")
-            asyncio.run(run(args.requests, on, off))
+            asyncio.run(run(args.requests, on, off, args.think_ms))
             on_stats = stats(on)
             made = int(str(on_stats["total"])) - args.memories
             print(f"manager on: {made} memories created by the Manager, jobs {on_stats['jobs']}")

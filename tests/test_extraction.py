@@ -487,6 +487,33 @@ async def test_a_failed_exchange_withdraws_its_job_and_frees_its_turns(
     await until(lambda: _equals(memories(client), ["I live in Oslo"]))
 
 
+async def test_a_request_never_relayed_withdraws_the_job_begun_for_it(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    """The job is begun while recall's result is written into the body; a body that cannot be
+    written back (deeper than orjson writes) is a 422 and never reaches the upstream: its job
+    goes, and its turns are free for the conversation's next exchange."""
+    client = await manager_client(make_client, Remembering())
+    await client.post("/v1/memories", json={"content": "I live in Oslo by the fjord"}, headers=ANN)
+    deep: object = []
+    for _ in range(300):
+        deep = [deep]
+    messages = [{"role": "user", "content": "I live in Oslo, what about the fjord?"}]
+    body = {"model": "m", "messages": messages, "a": deep}
+    response = await client.post("/v1/chat/completions", json=body, headers=ANN)
+    assert response.status_code == 422 and not upstream_ok.called
+    await services(client).runner.drain(5)
+    assert sum((await services(client).jobs.counts()).values()) == 0
+    await client.post(
+        "/v1/chat/completions", json={"model": "m", "messages": messages}, headers=ANN
+    )
+    await until(
+        lambda: _equals(
+            memories(client), sorted([messages[0]["content"], "I live in Oslo by the fjord"])
+        )
+    )
+
+
 async def test_a_process_dying_mid_answer_leaves_a_job_applied_once(
     make_client: AppClientFactory, upstream: respx.Router
 ) -> None:

@@ -13,10 +13,11 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
   memories;
 - recall counters are updated after the request, off the hot path;
 - for a chat that may write memories, the exchange's new turns are queued for the Manager
-  (durably, in the database, as an awaiting job) before the answer's first byte reaches the
-  client (unless the database stays locked beyond ``MEMPROXY_SQLITE_BUSY_TIMEOUT_SECONDS``:
-  then the answer goes on and the job is written when it can); when the response completes the
-  reply is added and the worker woken, and when it fails the job is withdrawn. A write that
+  (durably, in the database, as an awaiting job) while the request is with the upstream, and
+  the answer's first byte waits for that write before it reaches the client (unless the
+  database stays locked beyond ``MEMPROXY_SQLITE_BUSY_TIMEOUT_SECONDS``: then the answer goes
+  on and the job is written when it can); when the response completes the reply is added and
+  the worker woken, and when it fails, or never starts, the job is withdrawn. A write that
   finds the database locked is retried (:func:`app.memory.db.writing`); one that still fails is
   logged, and the turns, not fingerprinted, go with the conversation's next exchange.
 """
@@ -72,14 +73,15 @@ class ChatMemory:
     async def before_forward(self, ctx: RequestContext) -> Preparation | None:
         on_first_byte = None
         if self._queue is not None and ctx.write_allowed:
-            # Written as the answer starts, before the client gets any of it: a client that has
-            # its answer has its job in the database (a kill -9 after loses nothing), and an
-            # answer that never started writes nothing. A write costs milliseconds; one stuck
-            # behind a locked database holds the answer for the busy timeout at most, then
-            # lands when it can.
+            # The job is written while the upstream thinks (started below, once recall is done,
+            # so the two never compete), and the answer's first byte waits for it: a client
+            # that has its answer has its job in the database (a kill -9 after loses nothing);
+            # an answer that never comes withdraws it (after_response). A write stuck behind a
+            # locked database holds the answer for the busy timeout at most, then lands later.
             async def on_first_byte() -> None:
-                job = ctx.state["job"] = asyncio.ensure_future(self._prequeue(ctx))
-                await asyncio.wait({job}, timeout=self._write_wait)  # never cancels the write
+                job: asyncio.Future[str | None] | None = ctx.state.get("job")
+                if job is not None:
+                    await asyncio.wait({job}, timeout=self._write_wait)  # never cancels it
 
         started = time.perf_counter()
         # A pasted document is searched by its ends, but still read: off the loop when large.
@@ -122,6 +124,8 @@ class ChatMemory:
                 ctx.user_id,
                 " | ".join(f"{h.score:.3f} {h.content}" for h in found),
             )
+        if on_first_byte is not None:
+            ctx.state["job"] = asyncio.ensure_future(self._prequeue(ctx))
         return Preparation(
             body=body, headers=headers, on_first_byte=on_first_byte, injected=len(found)
         )

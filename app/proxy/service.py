@@ -86,7 +86,15 @@ class ChatProxy:
                 request.state.injected = preparation.injected
         content = raw
         if preparation is not None and preparation.body is not None:
-            content = await off_loop(len(raw), dump_json_object, preparation.body, data)
+            try:
+                content = await off_loop(len(raw), dump_json_object, preparation.body, data)
+            except BaseException:
+                # Never relayed: the hooks hear so (a job begun for this exchange is withdrawn).
+                self.runner.spawn(
+                    self._after_response(ctx, Outcome.UPSTREAM_FAILED, 0, []),
+                    name=f"after-response-{request_id}",
+                )
+                raise
         upstream_headers = self.upstream.headers(headers.items(), request_id)
         if "content-type" not in headers:
             upstream_headers.append(("content-type", "application/json"))
