@@ -10,7 +10,8 @@ size. :class:`BodyGuard`, a pure ASGI middleware, runs before any route:
   ``Content-Length``) is counted as it arrives and answered 413 when it passes the limit. The
   memory API (``/v1/memories...``) has its own, smaller limit (``MEMPROXY_MEMORY_MAX_BODY_BYTES``)
   than chat, whose bodies carry images (``MEMPROXY_MAX_BODY_BYTES``);
-- a body that stalls for ``MEMPROXY_CLIENT_BODY_TIMEOUT_SECONDS`` is answered 408.
+- a body that stalls for ``MEMPROXY_CLIENT_BODY_TIMEOUT_SECONDS``, or is still arriving after
+  ``MEMPROXY_CLIENT_BODY_DEADLINE_SECONDS``, is answered 408.
 
 Each refusal closes the connection (``Connection: close``): the rest of the body is never read.
 Once refused, the route sees the client as gone and whatever it answers is dropped.
@@ -64,7 +65,14 @@ class BodyGuard:
         except MemproxyError as exc:
             await _refuse(send, exc)
             return
-        guarded = _GuardedBody(receive, send, limit, setting, settings.client_body_timeout_seconds)
+        guarded = _GuardedBody(
+            receive,
+            send,
+            limit,
+            setting,
+            settings.client_body_timeout_seconds,
+            settings.client_body_deadline_seconds,
+        )
         try:
             await self.app(scope, guarded.receive, guarded.send)
         except Exception:
@@ -78,12 +86,16 @@ class BodyGuard:
 class _GuardedBody:
     """One request's `receive` and `send`, counting and timing the body on the way in."""
 
-    def __init__(self, receive: Receive, send: Send, limit: int, setting: str, timeout: float):
+    def __init__(
+        self, receive: Receive, send: Send, limit: int, setting: str, timeout: float, total: float
+    ):
         self._receive = receive
         self._send = send
         self._limit = limit
         self._setting = setting
         self._timeout = timeout
+        self._total = total
+        self._deadline: float | None = None  # set at the first read: the whole body's limit
         self._size = 0
         self._complete = False
         self._started = False
@@ -94,17 +106,27 @@ class _GuardedBody:
             return _DISCONNECT
         if self._complete:  # after the body: waiting for a disconnect, for as long as it takes
             return await self._receive()
+        now = asyncio.get_running_loop().time()
+        if self._deadline is None:
+            self._deadline = now + self._total
+        pause_ends = now + self._timeout
         try:
-            async with asyncio.timeout(self._timeout):
+            # A pause between two reads, and the whole body: a client trickling a byte just
+            # under the pause limit would otherwise hold its connection for ever.
+            async with asyncio.timeout_at(min(pause_ends, self._deadline)):
                 message = await self._receive()
         except TimeoutError:
-            seconds = f"{self._timeout:g}"
-            return await self._refuse(
-                RequestTimeout(
-                    f"the request body stalled: nothing received for {seconds} s "
+            if pause_ends <= self._deadline:
+                why = (
+                    f"the request body stalled: nothing received for {self._timeout:g} s "
                     "(MEMPROXY_CLIENT_BODY_TIMEOUT_SECONDS)"
                 )
-            )
+            else:
+                why = (
+                    f"the request body took longer than {self._total:g} s to arrive "
+                    "(MEMPROXY_CLIENT_BODY_DEADLINE_SECONDS)"
+                )
+            return await self._refuse(RequestTimeout(why))
         if message["type"] == "http.request":
             self._size += len(message.get("body", b""))
             if self._size > self._limit:

@@ -10,7 +10,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 CommaList = Annotated[list[str], NoDecode]
@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     request has begun (408, or the connection closed when nothing came)."""
     client_body_timeout_seconds: float = Field(default=30.0, gt=0)
     """Longest pause while a request body arrives before the request is answered 408."""
+    client_body_deadline_seconds: float = Field(default=300.0, gt=0)
+    """Longest a whole request body may take to arrive (408 beyond it), however steadily it
+    trickles in: 300 s carries a 64 MiB body at ~220 KB/s."""
     max_connections: int = Field(default=1000, ge=1)
     """Connections and requests `memproxy serve` handles at once; beyond it requests get 503."""
 
@@ -200,9 +203,11 @@ class Settings(BaseSettings):
             raise ValueError("expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return value.upper()
 
-    @field_validator("upstream_base_url")
+    @field_validator("upstream_base_url", "manager_base_url")
     @classmethod
-    def _strip_slash(cls, value: str) -> str:
+    def _strip_slash(cls, value: str, info: ValidationInfo) -> str:
+        if info.field_name == "manager_base_url" and not value:  # empty: the upstream's
+            return value
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")

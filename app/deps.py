@@ -117,11 +117,16 @@ async def get_memory_caller(
     """Same authentication and user resolution as chat; admin keys may also name the user.
 
     On a server with no keys at all, anyone may name any user (as the chat headers already
-    allow there); with keys, ``?user=`` needs an admin key (403 otherwise).
+    allow there), unless ``MEMPROXY_OPENWEBUI_JWT_SECRET`` is set: then only the signed token
+    names users, as on chat. With keys, ``?user=`` needs an admin key (403 otherwise).
     """
     services: Services = request.app.state.services
     admin, key = authenticate(services, request.headers.get("authorization"), admin_allowed=True)
-    open_server = not services.authenticator.enabled and not services.admins.enabled
+    open_server = (
+        not services.authenticator.enabled
+        and not services.admins.enabled
+        and token_secret(services.settings) is None
+    )
     if user is not None:
         if not (admin or open_server):
             raise PermissionDenied("only admin keys may name the user with ?user=", param="user")

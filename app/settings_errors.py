@@ -81,8 +81,21 @@ def describe(exc: ValidationError) -> list[str]:
 def _shown(field: str, value: Any) -> str:
     if any(word in field for word in SECRET_WORDS):  # keys and secrets are never echoed
         return "'***' (hidden)"
-    text = repr(value) if isinstance(value, str) else repr(str(value))
+    value = str(value)
+    if field.endswith("_url"):
+        value = _without_credentials(value)
+    text = repr(value)
     return text if len(text) <= 80 else text[:77] + "...'"
+
+
+def _without_credentials(url: str) -> str:
+    """`url` with whatever precedes its last `@` masked: a bad URL may still carry a password
+    (`admin:hunter2@host/v1` lacks only its scheme), and it cannot be parsed to find it."""
+    head, at, tail = url.rpartition("@")
+    if not at:
+        return url
+    scheme, sep, _ = head.partition("://")
+    return f"{scheme}://***@{tail}" if sep else f"***@{tail}"
 
 
 def _expected(field: str, error: ErrorDetails) -> str:

@@ -32,6 +32,19 @@ async def test_body_reaches_upstream_byte_for_byte(
     assert response.json() == completion_json()
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/embeddings"])
+async def test_non_ascii_header_values_go_upstream_as_sent(
+    client: httpx.AsyncClient, upstream: respx.Router, path: str
+) -> None:
+    """A UTF-8 header value (an app's `X-Title: Zoë`) reaches the upstream byte for byte; it
+    was a 500 (httpx refuses non-ASCII str values)."""
+    route = upstream.post(path.removeprefix("/v1")).respond(json=completion_json())
+    title = "Zoë's notes".encode()
+    response = await client.post(path, json=chat_body(), headers={"x-title": title})
+    assert response.status_code == 200
+    assert (b"x-title", title) in route.calls.last.request.headers.raw
+
+
 async def test_path_without_v1_prefix_works(
     client: httpx.AsyncClient, upstream: respx.Router
 ) -> None:

@@ -514,6 +514,30 @@ async def test_a_request_never_relayed_withdraws_the_job_begun_for_it(
     )
 
 
+async def test_an_exchange_broken_by_an_unexpected_error_withdraws_its_job(
+    make_client: AppClientFactory, upstream_ok: respx.Route, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception escaping the relay (a bug, a shutdown) ends the exchange as failed: the
+    job begun for it goes, and the retry is learned."""
+    client = await manager_client(make_client, Remembering())
+    upstream = services(client).upstream
+    working = upstream.open
+
+    async def broken(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("a bug in the relay")
+
+    monkeypatch.setattr(upstream, "open", broken)
+    messages = [{"role": "user", "content": "I live in Oslo"}]
+    body = {"model": "m", "messages": messages}
+    with pytest.raises(RuntimeError):  # the in-process transport re-raises what escaped
+        await client.post("/v1/chat/completions", json=body, headers=ANN)
+    await services(client).runner.drain(5)
+    assert sum((await services(client).jobs.counts()).values()) == 0
+    monkeypatch.setattr(upstream, "open", working)
+    await client.post("/v1/chat/completions", json=body, headers=ANN)
+    await until(lambda: _equals(memories(client), ["I live in Oslo"]))
+
+
 async def test_a_process_dying_mid_answer_leaves_a_job_applied_once(
     make_client: AppClientFactory, upstream: respx.Router
 ) -> None:

@@ -115,6 +115,25 @@ async def test_a_stalled_body_is_answered_408(
     assert (await client.post("/v1/chat/completions", json=chat_body())).status_code == 200
 
 
+async def test_a_body_trickling_in_past_the_deadline_is_answered_408(
+    make_client: AppClientFactory, upstream: respx.Router
+) -> None:
+    """Each pause is short, but the body never ends: the whole body's deadline answers it."""
+    route = upstream.post("/chat/completions").respond(json=completion_json())
+    client = await make_client(client_body_timeout_seconds=5, client_body_deadline_seconds=0.5)
+
+    async def trickle() -> AsyncIterator[bytes]:
+        yield b'{"model": "m", "messages": ['
+        for _ in range(2000):  # ~100 s if nothing stops it
+            await asyncio.sleep(0.05)
+            yield b" "
+
+    response = await asyncio.wait_for(client.post("/v1/chat/completions", content=trickle()), 30)
+    error = assert_openai_error(response, 408)
+    assert "MEMPROXY_CLIENT_BODY_DEADLINE_SECONDS" in error["message"]
+    assert not route.called
+
+
 # --- a real server, as `memproxy serve` runs it --------------------------------------------------
 
 

@@ -148,6 +148,29 @@ async def test_without_a_token_the_body_user_names_nobody(
     assert error["code"] == "user_required"
 
 
+async def test_with_the_secret_and_no_keys_user_query_names_nobody(
+    make_client: AppClientFactory,
+) -> None:
+    """`?user=` on the memory API is for admin keys, or anyone on a server with no keys and no
+    secret; with the secret only the signed token names users there too."""
+    client = await make_client(openwebui_jwt_secret=SECRET)
+    for method, path, body in (
+        ("POST", "/v1/memories", {"content": "Alice keeps bees"}),
+        ("GET", "/v1/memories", None),
+        ("GET", "/v1/memories/export", None),
+        ("DELETE", "/v1/memories", None),
+    ):
+        response = await client.request(method, path, params={"user": "alice"}, json=body)
+        error = assert_openai_error(response, 403)
+        assert error["param"] == "user", (method, path)
+    signed = await client.post(
+        "/v1/memories", json={"content": "Alice keeps bees"}, headers={TOKEN: mint("alice")}
+    )
+    assert signed.status_code == 201
+    listed = await client.get("/v1/memories", headers={TOKEN: mint("alice")})
+    assert [m["content"] for m in listed.json()["data"]] == ["Alice keeps bees"]
+
+
 async def test_a_bound_key_stays_its_users(
     make_client: AppClientFactory, route: respx.Route
 ) -> None:

@@ -86,6 +86,9 @@ def raw_request(base: str, method: str, target: str) -> httpx.Response:
         "/v1/x%7f",
         "/v1/x%zz",
         "/v1/x%",
+        "/v1/x/..;/y",  # servers that strip ;params read `..`
+        "/v1/chat/completions;a",  # ... and the chat route, unchecked
+        "/v1/embeddings%3bx",
     ],
 )
 def test_paths_leaving_v1_or_smuggling_are_refused_and_never_relayed(

@@ -103,7 +103,11 @@ class ProxyResponse(Response):
             await self._exchange(send, state, scope.setdefault("state", {}))
         except asyncio.CancelledError:
             if not state.cancelled:
+                self._finish(state, escaped=True)
                 raise  # not ours (e.g. server shutdown): let it propagate
+        except BaseException:
+            self._finish(state, escaped=True)
+            raise
         else:
             if state.cancelled:
                 # The watcher cancelled us after the exchange's last await: the cancellation is
@@ -114,8 +118,17 @@ class ProxyResponse(Response):
             watcher.cancel()
         if state.cancelled:
             task.uncancel()
-        if self.on_finish is not None:
-            self.on_finish(state.outcome, state.status, state.captured)
+        self._finish(state, escaped=False)
+
+    def _finish(self, state: _Exchange, *, escaped: bool) -> None:
+        """Tell `on_finish` how the exchange ended, once, whatever ended it: an exception that
+        escapes the exchange (a shutdown, a bug) is a failure, never a completed answer."""
+        hook, self.on_finish = self.on_finish, None
+        if hook is None:
+            return
+        if escaped and state.outcome is Outcome.COMPLETED:
+            state.outcome = Outcome.UPSTREAM_FAILED
+        hook(state.outcome, state.status, state.captured)
 
     async def _exchange(self, send: Send, state: _Exchange, notes: dict[str, Any]) -> None:
         started = time.perf_counter()

@@ -7,10 +7,11 @@ attached, and `/v1/./chat/completions` would be a raw chat that skips validation
 
 A relayed path, as sent on the wire (the ASGI ``raw_path``), must:
 
-- start with `/v1/` and be made of non-empty segments of RFC 3986 path characters;
+- start with `/v1/` and be made of non-empty segments of RFC 3986 path characters, `;` left
+  out (a path parameter, stripped by some servers: `..;` would become `..`);
 - have no dot segment (`.` or `..`, in any spelling) and no escape that decodes to `/`, `\\`,
-  `?`, `#`, `%` or a control byte (`%00`-`%1f`, `%7f`): such a path means something else to
-  whichever server decodes it next.
+  `?`, `#`, `%`, `;` or a control byte (`%00`-`%1f`, `%7f`): such a path means something else
+  to whichever server decodes it next.
 
 It is forwarded exactly as sent (still percent-encoded), so it stays under the upstream's `/v1`.
 Anything else is refused with a 400 (``code: invalid_path``) before any byte goes upstream.
@@ -28,9 +29,13 @@ from starlette.types import Scope
 from app.errors import InvalidRequest
 
 _PREFIX = b"/v1/"
-_SEGMENT = re.compile(rb"\A(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})+\Z")
+# RFC 3986 path characters but `;`: servers of the Java family strip `;params` from a segment,
+# which would turn `..;` into `..` and `completions;x` into the chat route, past our checks.
+_SEGMENT = re.compile(rb"\A(?:[A-Za-z0-9\-._~!$&'()*+,=:@]|%[0-9A-Fa-f]{2})+\Z")
 _ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})")
-_FORBIDDEN = frozenset({*range(0x20), 0x7F, ord("/"), ord("\\"), ord("?"), ord("#"), ord("%")})
+_FORBIDDEN = frozenset(
+    {*range(0x20), 0x7F, ord("/"), ord("\\"), ord("?"), ord("#"), ord("%"), ord(";")}
+)
 _DOTS = frozenset({b".", b".."})
 
 
@@ -46,7 +51,7 @@ def relay_path(scope: Scope) -> str:
             raise InvalidPath(raw, f"it has {reason}")
         escapes = [int(code, 16) for code in _ESCAPE.findall(segment)]
         if any(byte in _FORBIDDEN for byte in escapes):
-            raise InvalidPath(raw, "it encodes /, \\, ?, #, % or a control character")
+            raise InvalidPath(raw, "it encodes /, \\, ?, #, %, ; or a control character")
         if segment.replace(b"%2e", b".").replace(b"%2E", b".") in _DOTS:
             raise InvalidPath(raw, "it has a . or .. segment")
     return raw[len(_PREFIX) :].decode("ascii")

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
+import httpx
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -84,23 +87,15 @@ class ChatProxy:
             request.state.memory_ms = round((time.perf_counter() - started) * 1000, 1)
             if preparation is not None and preparation.injected is not None:
                 request.state.injected = preparation.injected
-        content = raw
-        if preparation is not None and preparation.body is not None:
-            try:
-                content = await off_loop(len(raw), dump_json_object, preparation.body, data)
-            except BaseException:
-                # Never relayed: the hooks hear so (a job begun for this exchange is withdrawn).
-                self.runner.spawn(
-                    self._after_response(ctx, Outcome.UPSTREAM_FAILED, 0, []),
-                    name=f"after-response-{request_id}",
-                )
-                raise
-        upstream_headers = self.upstream.headers(headers.items(), request_id)
-        if "content-type" not in headers:
-            upstream_headers.append(("content-type", "application/json"))
-        upstream_request = self.upstream.build(
-            "POST", "/chat/completions", headers=upstream_headers, content=content
-        )
+        try:
+            upstream_request = await self._upstream_request(ctx, raw, data, preparation, headers)
+        except BaseException:
+            # Never relayed: the hooks hear so (a job begun for this exchange is withdrawn).
+            self.runner.spawn(
+                self._after_response(ctx, Outcome.UPSTREAM_FAILED, 0, []),
+                name=f"after-response-{request_id}",
+            )
+            raise
         extra = (
             [(k.encode(), v.encode()) for k, v in preparation.headers.items()]
             if preparation
@@ -133,6 +128,24 @@ class ChatProxy:
             query=request.url.query,
         )
         return ProxyResponse(self.upstream, upstream_request)
+
+    async def _upstream_request(
+        self,
+        ctx: RequestContext,
+        raw: bytes,
+        data: dict[str, Any],
+        preparation: Preparation | None,
+        headers: Headers,
+    ) -> httpx.Request:
+        content = raw
+        if preparation is not None and preparation.body is not None:
+            content = await off_loop(len(raw), dump_json_object, preparation.body, data)
+        upstream_headers = self.upstream.headers(headers.items(), ctx.request_id)
+        if "content-type" not in headers:
+            upstream_headers.append(("content-type", "application/json"))
+        return self.upstream.build(
+            "POST", "/chat/completions", headers=upstream_headers, content=content
+        )
 
     async def _prepare(self, ctx: RequestContext) -> Preparation | None:
         try:

@@ -163,8 +163,14 @@ class Upstream:
             url = httpx.URL(self.url(path, query))
             if not query and len(self._urls) < 64:
                 self._urls[path] = url
+        # latin-1: header values go on as the client's bytes (Starlette reads them as latin-1;
+        # httpx's default, ascii, refused a UTF-8 `X-Title: Zoë` with a 500).
         return httpx.Request(
-            method, url, headers=headers, content=content, extensions={"timeout": self._timeouts}
+            method,
+            url,
+            headers=httpx.Headers(headers, encoding="latin-1"),
+            content=content,
+            extensions={"timeout": self._timeouts},
         )
 
     async def open(self, request: httpx.Request) -> httpx.Response:
