@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.config import Settings
 from app.deps import Services, authenticate
-from app.errors import BodyTooLarge, MemproxyError, RequestTimeout
+from app.errors import BodyTooLarge, MemproxyError, RequestTimeout, send_refusal
 from app.proxy.body import too_large
 
 logger = logging.getLogger("memproxy.body")
@@ -63,7 +62,7 @@ class BodyGuard:
             if length is not None and length > limit:
                 raise BodyTooLarge(too_large(limit, setting))
         except MemproxyError as exc:
-            await _refuse(send, exc)
+            await send_refusal(send, exc)
             return
         guarded = _GuardedBody(
             receive,
@@ -144,20 +143,8 @@ class _GuardedBody:
     async def _refuse(self, error: MemproxyError) -> Message:
         self.refused = True
         if not self._started:  # else the answer has begun: the client just sees it cut off
-            await _refuse(self._send, error)
+            await send_refusal(self._send, error)
         return _DISCONNECT
-
-
-async def _refuse(send: Send, error: MemproxyError) -> None:
-    body = orjson.dumps(error.to_body())
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),  # the unread rest of the body is never read
-        *((name.lower().encode(), value.encode()) for name, value in error.headers.items()),
-    ]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 def _framing(scope: Scope) -> tuple[int | None, bool]:

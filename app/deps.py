@@ -17,7 +17,7 @@ from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import ApiKey, Settings
-from app.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
+from app.errors import InvalidRequest, PermissionDenied
 from app.memory.jobs import JobQueue
 from app.memory.service import MemoryService
 from app.memory.store import MemoryStore
@@ -89,13 +89,9 @@ def authenticate(
 def check_any_key(services: Services, authorization: str | None) -> None:
     """401 unless `authorization` carries a client or an admin key; with neither kind configured
     (an open server) there is nothing to check. For the operator's pages: metrics, the docs."""
-    if not (services.authenticator.enabled or services.admins.enabled):
-        return
-    token = bearer_token(authorization)
-    if not token:
-        raise AuthenticationFailed("missing API key: send it as 'Authorization: Bearer <key>'")
-    if services.admins.match(token) is None and services.authenticator.match(token) is None:
-        raise AuthenticationFailed("invalid API key")
+    admin, key = authenticate(services, authorization, admin_allowed=True)
+    if not admin and key is None:  # no client keys to match: an admin key it must be, if any
+        services.admins.authenticate(authorization)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.types import Send
 
 from app.schemas.checks import shown
 
@@ -215,6 +216,26 @@ def json_response(
     status: int, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> Response:
     return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+
+
+def refusal(error: MemproxyError) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """`error` answered below the routes (the HTTP protocol, an ASGI middleware), closing the
+    connection so that whatever the client still sends is never read: body and headers."""
+    body = orjson.dumps(error.to_body())
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        *((name.lower().encode(), value.encode()) for name, value in error.headers.items()),
+    ]
+    return body, headers
+
+
+async def send_refusal(send: Send, error: MemproxyError) -> None:
+    """:func:`refusal` sent through ASGI."""
+    body, headers = refusal(error)
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def install_error_handlers(app: FastAPI) -> None:

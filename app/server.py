@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar, Literal
 
-import orjson
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import (
@@ -25,7 +24,15 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 
 from app.config import Settings
-from app.errors import HeadersTooLarge, InvalidRequest, MemproxyError, RequestTimeout, ServerBusy
+from app.errors import (
+    HeadersTooLarge,
+    InvalidRequest,
+    MemproxyError,
+    RequestTimeout,
+    ServerBusy,
+    refusal,
+    send_refusal,
+)
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
@@ -162,26 +169,15 @@ def _too_large(limit: int) -> HeadersTooLarge:
 
 
 def _raw_response(error: MemproxyError, default_headers: list[tuple[bytes, bytes]]) -> bytes:
-    body = orjson.dumps(error.to_body())
-    headers = [
-        *default_headers,
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-        *((name.lower().encode(), value.encode()) for name, value in error.headers.items()),
+    body, headers = refusal(error)
+    lines = [
+        STATUS_LINE[error.status_code],
+        *(n + b": " + v + b"\r\n" for n, v in [*default_headers, *headers]),
     ]
-    lines = [STATUS_LINE[error.status_code], *(n + b": " + v + b"\r\n" for n, v in headers)]
     return b"".join([*lines, b"\r\n", body])
 
 
 async def _server_busy(scope: Scope, receive: Receive, send: Send) -> None:
-    error = ServerBusy("memproxy is handling as many connections as it may: retry shortly")
-    body = orjson.dumps(error.to_body())
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-        (b"retry-after", b"1"),
-    ]
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_refusal(
+        send, ServerBusy("memproxy is handling as many connections as it may: retry shortly")
+    )
