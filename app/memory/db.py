@@ -18,7 +18,7 @@ import logging
 import random
 import tempfile
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import (
@@ -157,6 +159,12 @@ async def writing(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[A
             await session.rollback()
             raise
         await session.commit()
+
+
+def insert_for(session: AsyncSession) -> Callable[..., Any]:
+    """The dialect's INSERT, which has ``ON CONFLICT`` (SQLite's and PostgreSQL's alike)."""
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    return postgresql_insert if dialect == "postgresql" else sqlite_insert
 
 
 def is_locked(exc: BaseException) -> bool:

@@ -25,11 +25,9 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.memory.db import writing
+from app.memory.db import insert_for, writing
 from app.memory.extraction import Exchange, fingerprints_of, for_manager
 from app.memory.models import JobStatus, ManagerJob, ManagerState, ProcessedTurn
 from app.memory.records import aware, now
@@ -101,8 +99,7 @@ class JobQueue:
         on its way; :meth:`complete` makes the job due, :meth:`withdraw` takes it back."""
         stamp = now()
         async with writing(self._sessions) as session:
-            dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
-            insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+            insert = insert_for(session)
             # The database decides which turns are this job's: the fingerprints it inserts.
             taken: set[str] = set()
             for start in range(0, len(exchange.fingerprints), SQL_BATCH):
@@ -196,8 +193,7 @@ class JobQueue:
                 due = max(stamp, aware(last) + timedelta(seconds=interval))
         job.status = JobStatus.QUEUED.value
         job.next_attempt_at = due
-        dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
-        insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+        insert = insert_for(session)
         await session.execute(
             insert(ManagerState)
             .values(user_id=job.user_id, last_job_at=due)

@@ -16,16 +16,14 @@ Promises:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.memory import events
-from app.memory.db import writing
+from app.memory.db import insert_for, writing
 from app.memory.marks import RecallMarks
 from app.memory.models import (
     EventAction,
@@ -238,7 +236,7 @@ async def bump_version(session: AsyncSession, user_id: str) -> int:
     both insert it; the write lock it takes orders the user's writes across processes.
     """
     statement = (
-        _insert_for(session)(UserState)
+        insert_for(session)(UserState)
         .values(user_id=user_id, version=1)
         .on_conflict_do_update(
             index_elements=[UserState.user_id], set_={"version": UserState.version + 1}
@@ -260,17 +258,11 @@ async def _unbump(session: AsyncSession, user_id: str) -> int:
     return int((await session.execute(statement)).scalar_one())
 
 
-def _insert_for(session: AsyncSession) -> Callable[..., Any]:
-    """The dialect's INSERT, which has ``ON CONFLICT`` (SQLite's and PostgreSQL's alike)."""
-    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
-    return postgresql_insert if dialect == "postgresql" else sqlite_insert
-
-
 async def _insert(session: AsyncSession, rows: Sequence[Memory], version: int) -> set[str]:
     """Insert the rows (their keys set on them), skipping those whose id exists by now; the ids
     inserted. Rows are data here, never added to the session."""
     statement = (
-        _insert_for(session)(Memory)
+        insert_for(session)(Memory)
         .on_conflict_do_nothing(index_elements=[Memory.id])
         .returning(Memory.id, Memory.key)
     )
