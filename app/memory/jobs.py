@@ -31,6 +31,7 @@ from app.memory.db import insert_for, writing
 from app.memory.extraction import Exchange, fingerprints_of, for_manager
 from app.memory.models import JobStatus, ManagerJob, ManagerState, ProcessedTurn
 from app.memory.records import aware, now
+from app.proxy.offload import pieces
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +78,9 @@ class JobQueue:
         """Which of these fingerprints a job already took."""
         found: set[str] = set()
         async with self._sessions() as session:
-            for start in range(0, len(fingerprints), SQL_BATCH):
+            for _, batch in pieces(fingerprints, SQL_BATCH):
                 query = select(ProcessedTurn.fingerprint).where(
-                    ProcessedTurn.user_id == user_id,
-                    ProcessedTurn.fingerprint.in_(fingerprints[start : start + SQL_BATCH]),
+                    ProcessedTurn.user_id == user_id, ProcessedTurn.fingerprint.in_(batch)
                 )
                 found.update(await session.scalars(query))
         return found
@@ -102,11 +102,11 @@ class JobQueue:
             insert = insert_for(session)
             # The database decides which turns are this job's: the fingerprints it inserts.
             taken: set[str] = set()
-            for start in range(0, len(exchange.fingerprints), SQL_BATCH):
+            for _, batch in pieces(exchange.fingerprints, SQL_BATCH):
                 taken.update(await session.scalars(
                     insert(ProcessedTurn)
                     .values([{"user_id": user_id, "fingerprint": f, "created_at": stamp}
-                             for f in exchange.fingerprints[start : start + SQL_BATCH]])
+                             for f in batch])
                     .on_conflict_do_nothing()
                     .returning(ProcessedTurn.fingerprint)
                 ))  # fmt: skip
