@@ -44,6 +44,17 @@ from app.schemas.checks import shown
 logger = logging.getLogger("memproxy.errors")
 
 
+def causes(exc: BaseException) -> list[BaseException]:
+    """`exc` and what caused it, outermost first (``__cause__``, else ``__context__``): the
+    error a library raises often wraps the one that says what went wrong."""
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    return chain
+
+
 def error_body(
     message: str, type_: str, *, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:

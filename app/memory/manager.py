@@ -47,6 +47,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
 
 from app.config import Settings
+from app.errors import causes
 from app.log import mask_url
 from app.memory.models import MemoryType
 from app.memory.operations import Operation
@@ -225,11 +226,7 @@ def _cause(exc: BaseException, timeout: float) -> str:
     """What went wrong, in a few words: the SDKs' own ("Connection error.") say too little."""
     if isinstance(exc, ModelHTTPError):
         return f"answered HTTP {exc.status_code}: {str(exc.body)[:200]}"
-    chain: list[BaseException] = []
-    link: BaseException | None = exc
-    while link is not None and link not in chain:
-        chain.append(link)
-        link = link.__cause__ or link.__context__
+    chain = causes(exc)
     if (failed := verification_failed(exc)) is not None:
         return verification_hint(failed)
     for link in chain:

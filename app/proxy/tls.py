@@ -13,6 +13,7 @@ import ssl
 from collections.abc import Callable
 
 from app.config import Settings
+from app.errors import causes
 
 
 def ssl_context(settings: Settings, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
@@ -31,14 +32,7 @@ def ssl_context(settings: Settings, default: Callable[[], ssl.SSLContext]) -> ss
 
 def verification_failed(exc: BaseException) -> ssl.SSLCertVerificationError | None:
     """The certificate check that failed somewhere in `exc`'s chain of causes, if one did."""
-    seen: list[BaseException] = []
-    link: BaseException | None = exc
-    while link is not None and link not in seen:
-        if isinstance(link, ssl.SSLCertVerificationError):
-            return link
-        seen.append(link)
-        link = link.__cause__ or link.__context__
-    return None
+    return next((e for e in causes(exc) if isinstance(e, ssl.SSLCertVerificationError)), None)
 
 
 def verification_hint(error: ssl.SSLCertVerificationError) -> str:
