@@ -4,7 +4,7 @@ Starts the fake upstream, the fake Manager (bench/fake_manager.py) and memproxy 
 worker each, separate processes, loopback; memproxy on a temporary database holding `--memories`
 memories of the user, relevance threshold 0 so that every chat injects and re-serialises the
 body, conversation threshold 1 so that every chat with memory on queues a Manager job). Then, in
-this process, a probe thread GETs `/healthz` every 10 ms on a keep-alive connection while the
+this process, a probe process GETs `/healthz` every 10 ms on a keep-alive connection while the
 main thread posts one big chat at a time, for each body shape and `X-Memory` mode:
 
 - shapes: `text` (one user message of `--mb` MB), `history` (a conversation of ~500-byte turns
@@ -28,11 +28,11 @@ import argparse
 import asyncio
 import base64
 import http.client
+import multiprocessing
 import os
 import socket
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -71,31 +71,46 @@ def body(shape: str, megabytes: int, tag: str) -> bytes:
     return orjson.dumps({"model": "fake-model", "stream": True, "messages": messages})
 
 
-class Probe(threading.Thread):
-    """GET /healthz every PROBE_EVERY seconds; keeps (sent at, latency) of every probe."""
+class Probe:
+    """GET /healthz every PROBE_EVERY seconds from a process of its own (this one's work on 50 MB
+    bodies would otherwise delay it); keeps (sent at, latency) of every probe."""
 
     def __init__(self, port: int) -> None:
-        super().__init__(daemon=True)
         self.port = port
-        self.samples: list[tuple[float, float]] = []
-        self.stop = threading.Event()
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".probe")  # noqa: SIM115
+        self.process = multiprocessing.get_context("fork").Process(
+            target=_probe, args=(port, self.log.name), daemon=True
+        )
 
-    def run(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-        while not self.stop.is_set():
+    def start(self) -> None:
+        self.process.start()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.join(10)
+        self.log.close()
+
+    def between(self, start: float, end: float) -> list[float]:
+        """Latencies of probes in flight at any moment of [start, end]."""
+        self.log.seek(0)
+        samples = [tuple(map(float, line.split())) for line in self.log if line.endswith("\n")]
+        return [lat for sent, lat in samples if sent <= end and sent + lat >= start]
+
+
+def _probe(port: int, path: str) -> None:
+    # time.perf_counter() is CLOCK_MONOTONIC on Linux: the same clock in every process.
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    with open(path, "a") as log:
+        while True:
             started = time.perf_counter()
             conn.request("GET", "/healthz")
             response = conn.getresponse()
             response.read()
             if response.status != 200:
                 raise RuntimeError(f"/healthz answered {response.status}")
-            self.samples.append((started, time.perf_counter() - started))
+            log.write(f"{started} {time.perf_counter() - started}\n")
+            log.flush()
             time.sleep(max(0.0, PROBE_EVERY - (time.perf_counter() - started)))
-        conn.close()
-
-    def between(self, start: float, end: float) -> list[float]:
-        """Latencies of probes in flight at any moment of [start, end]."""
-        return [lat for sent, lat in list(self.samples) if sent <= end and sent + lat >= start]
 
 
 def post(port: int, data: bytes, mode: str, timeout: float) -> tuple[int, str]:
@@ -171,8 +186,7 @@ def run(args: argparse.Namespace, port: int) -> None:
             took = f"{outcome} {ended - started:4.1f}s"
             print(f"  {label:18} {took:>9} {figures(during)}   {figures(tail)}"
                   f"   injected {injected}", flush=True)  # fmt: skip
-    probe.stop.set()
-    probe.join(10)
+    probe.stop()
 
 
 def main() -> None:

@@ -16,10 +16,18 @@ import respx
 from pydantic_ai import models
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from sqlalchemy import select
 
-from app.memory.extraction import exchange, is_explicit
+from app.memory.extraction import (
+    CONTEXT_TURNS,
+    MAX_JOB_TURNS,
+    exchange,
+    fingerprints_of,
+    is_explicit,
+)
 from app.memory.jobs import JobQueue
 from app.memory.manager import Turn
+from app.memory.models import ManagerJob
 from app.memory.operations import Applier, Op, Operation
 from app.memory.service import MemoryService
 from tests.conftest import AppClientFactory
@@ -245,6 +253,53 @@ async def test_threshold_holds_routine_chats_but_not_explicit_requests(
         "/v1/chat/completions", json={"model": "m", "messages": explicit}, headers=ANN
     )
     await until(lambda: _equals(memories(client), ["Please remember that my sister is Eva"]))
+
+
+def test_a_long_conversation_first_seen_gives_its_last_turns_and_takes_them_all() -> None:
+    turns = [
+        Turn("user" if i % 2 == 0 else "assistant", f"turn {i}")
+        for i in range(2 * MAX_JOB_TURNS + 11)
+    ]  # starts and ends with a user turn
+    found = exchange(turns, set(), threshold=1)
+    assert found is not None
+    assert len(found.new) <= MAX_JOB_TURNS and found.new[0].role == "user"
+    assert found.new == turns[-len(found.new) :] and len(found.new) >= MAX_JOB_TURNS - 1
+    assert found.context == turns[-len(found.new) - CONTEXT_TURNS : -len(found.new)]
+    assert len(found.fingerprints) == MAX_JOB_TURNS + 6  # every user turn is taken
+    # The marks index context + new: the job keeps exactly the new user turns.
+    marks = dict(found.marks)
+    offset = len(found.context)
+    assert [marks[offset + i] for i, t in enumerate(found.new) if t.role == "user"] == [
+        f for i, f in fingerprints_of(turns) if i >= len(turns) - len(found.new)
+    ]
+    assert exchange(turns, set(found.fingerprints), threshold=1) is None  # none left for later
+
+
+async def test_routine_jobs_merge_only_within_the_bound(tmp_path: Path) -> None:
+    from app.memory.db import create_engine, upgrade
+    from app.memory.store import MemoryStore
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/q.db")
+    await upgrade(engine)
+    queue = JobQueue(MemoryStore(engine).sessions, limit=100)
+    turns: list[Turn] = []
+    taken: set[str] = set()
+    jobs = []
+    for i in range(MAX_JOB_TURNS // 2 + 5):  # two turns an exchange
+        turns += [Turn("user", f"fact {i}"), Turn("assistant", "ok")]
+        found = exchange(turns, taken, threshold=1)
+        assert found is not None
+        taken |= set(found.fingerprints)
+        queued = await queue.enqueue("ann", "m", found, interval_seconds=3600)
+        assert queued is not None
+        jobs.append(queued.job_id)
+    assert len(set(jobs)) == 2 and await queue.counts() == {
+        "awaiting": 0, "queued": 2, "running": 0, "failed": 0
+    }  # fmt: skip
+    async with queue._sessions() as session:
+        sizes = sorted(len(job.payload["new"]) for job in await session.scalars(select(ManagerJob)))
+    assert sizes == [10, MAX_JOB_TURNS]  # nothing dropped, no job over the bound
+    await engine.dispose()
 
 
 async def test_exchanges_within_the_interval_join_one_job(tmp_path: Path) -> None:

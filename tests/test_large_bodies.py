@@ -28,6 +28,7 @@ import app.memory.extraction as extraction
 import app.memory.hooks as memory_hooks
 import app.proxy.body as body
 import app.proxy.history as history
+import app.proxy.json_pieces as json_pieces
 from app.proxy.injection import BLOCK_END, BLOCK_START, strip_block
 from app.proxy.offload import LARGE_BODY_BYTES, PIECE_CHARS, PIECE_ITEMS
 from app.schemas.openai import chat_request_adapter
@@ -54,24 +55,28 @@ async def test_a_large_chat_is_parsed_off_the_event_loop_a_small_one_on_it(
     client: httpx.AsyncClient, upstream_ok: respx.Route, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loop_thread = threading.get_ident()
-    parsed: dict[bytes, int] = {}
-    real_loads = orjson.loads
+    parsed: dict[bytes, tuple[str, int]] = {}
 
-    def loads(data: Any) -> Any:
-        for marker in (b"small question", b"tell me more"):
-            if isinstance(data, bytes) and marker in data[:200]:
-                parsed[marker] = threading.get_ident()
-        return real_loads(data)
+    def watched(name: str, real: Any) -> Any:
+        def loads(data: Any) -> Any:
+            for marker in (b"small question", b"tell me more"):
+                if isinstance(data, bytes) and marker in data[:200]:
+                    parsed[marker] = name, threading.get_ident()
+            return real(data)
 
-    monkeypatch.setattr(orjson, "loads", loads)
+        return loads
+
+    monkeypatch.setattr(orjson, "loads", watched("orjson", orjson.loads))
+    monkeypatch.setattr(json_pieces, "loads", watched("pieces", json_pieces.loads))
     for text in ("small question", LARGE_TEXT):
         response = await client.post(
             "/v1/chat/completions", json=chat(text), headers={**ANN, "X-Memory": "off"}
         )
         assert response.status_code == 200, response.text
-    assert parsed[b"small question"] == loop_thread  # the fast path: no thread hop
-    assert parsed[b"tell me more"] != loop_thread
-    assert real_loads(upstream_ok.calls.last.request.content)["messages"][0]["content"] == (
+    assert parsed[b"small question"] == ("orjson", loop_thread)  # the fast path: no thread hop
+    parser, thread = parsed[b"tell me more"]
+    assert (parser, thread != loop_thread) == ("pieces", True)  # one message a call, off loop
+    assert orjson.loads(upstream_ok.calls.last.request.content)["messages"][0]["content"] == (
         LARGE_TEXT
     )
 

@@ -37,8 +37,8 @@ EXPLICIT = re.compile(
 """Phrases by which a user asks to remember or forget, or corrects what is known of them."""
 
 
-SEARCH_CHARS = 1 << 16
-"""How much text one search for :data:`EXPLICIT` covers (~10 ms: the pattern is slow, ~150 ns a
+SEARCH_CHARS = 1 << 14
+"""How much text one search for :data:`EXPLICIT` covers (a few ms: the pattern is slow, ~150 ns a
 character); a long text is searched in windows, so that no one call holds the GIL for long."""
 SEARCH_OVERLAP = 256
 """Windows overlap by this much: a phrase longer than this (hundreds of spaces inside it) that
@@ -50,6 +50,15 @@ TURN_TAIL_CHARS = 2000
 """A turn longer than both together reaches the Manager as its start and its end: what a user
 asks to remember sits around a pasted document, not inside its middle, and a 50 MB turn in a job
 would stall the worker (its JSON, its prompt) and overflow any model's context."""
+
+
+MAX_JOB_TURNS = 100
+"""The most new turns one job gives the Manager (one call, one prompt). A conversation seen
+for the first time with more (memproxy put in front of a long chat, or a chat imported) is
+learned from its last turns; the earlier ones are recorded as taken, so that no later job
+picks them up either. Routine jobs waiting together merge only within this bound."""
+CONTEXT_TURNS = 6
+"""Turns before the new ones that a job keeps as context (already processed)."""
 
 
 def for_manager(text: str) -> str:
@@ -124,6 +133,7 @@ def exchange(
     marks: list[tuple[int, str]] | None = None,
 ) -> Exchange | None:
     """The exchange to queue, or None: nothing new, or a routine one below the threshold.
+    At most :data:`MAX_JOB_TURNS` new turns and :data:`CONTEXT_TURNS` of context.
 
     `processed` holds the fingerprints of this user's turns already taken by a job; `marks`
     are :func:`fingerprints_of` `turns`, when the caller has them already.
@@ -132,9 +142,14 @@ def exchange(
     fresh = [(i, f) for i, f in marks if f not in processed]
     if not fresh:
         return None
-    first = fresh[0][0]
-    new = list(turns[first:])
+    begin = fresh[0][0]
+    if len(turns) - begin > MAX_JOB_TURNS:  # the last fresh user turns that fit, from a user turn
+        begin = next((i for i, _ in fresh if len(turns) - i <= MAX_JOB_TURNS), fresh[-1][0])
+    new = list(turns[begin:])
     explicit = any(is_explicit(t.text) for t in new if t.role == "user")
     if not explicit and len(marks) < threshold:
         return None
-    return Exchange(list(turns[:first]), new, [f for _, f in fresh], explicit, marks)
+    start = max(0, begin - CONTEXT_TURNS)
+    kept = [(i - start, f) for i, f in marks if i >= start]
+    # Every fresh fingerprint goes with the job: the turns left out are taken all the same.
+    return Exchange(list(turns[start:begin]), new, [f for _, f in fresh], explicit, kept)

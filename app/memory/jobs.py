@@ -12,7 +12,8 @@ Promises:
 - a user's jobs run one at a time, oldest first (:meth:`JobQueue.claim`);
 - routine exchanges within ``MEMPROXY_PROCESSING_INTERVAL`` of the user's last job join that
   user's pending routine job, due at the end of the interval; an explicit request takes a
-  pending routine job's turns along and is due at once;
+  pending routine job's turns along and is due at once; either only while the two hold at most
+  :data:`~app.memory.extraction.MAX_JOB_TURNS` new turns (else each stays a job of its own);
 - beyond ``MEMPROXY_MANAGER_QUEUE_LIMIT`` queued jobs, the oldest routine ones are dropped;
   explicit ones never are.
 """
@@ -28,7 +29,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.db import insert_for, writing
-from app.memory.extraction import Exchange, fingerprints_of, for_manager
+from app.memory.extraction import MAX_JOB_TURNS, Exchange, fingerprints_of, for_manager
 from app.memory.models import JobStatus, ManagerJob, ManagerState, ProcessedTurn
 from app.memory.records import aware, now
 from app.proxy.offload import pieces
@@ -67,6 +68,10 @@ def _owned(exchange: Exchange, taken: set[str]) -> list[list[str]]:
         if keep:
             out.append([turn.role, for_manager(turn.text)])
     return out
+
+
+def _too_many(pending: ManagerJob, job: ManagerJob) -> bool:
+    return len(pending.payload["new"]) + len(job.payload["new"]) > MAX_JOB_TURNS
 
 
 class JobQueue:
@@ -175,6 +180,8 @@ class JobQueue:
                 ManagerJob.key != job.key,
             ).order_by(ManagerJob.key.desc()).limit(1)
         )  # fmt: skip
+        if pending is not None and _too_many(pending, job):
+            pending = None  # one job is one Manager call: this one waits on its own
         if pending is not None and not job.explicit:
             pending.payload = {**pending.payload, "model": job.payload["model"],
                                "new": pending.payload["new"] + job.payload["new"]}  # fmt: skip

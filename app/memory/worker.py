@@ -17,6 +17,7 @@ import logging
 from contextlib import suppress
 
 from app.config import Settings
+from app.memory.extraction import CONTEXT_TURNS
 from app.memory.jobs import Job, JobQueue
 from app.memory.manager import Manager, ManagerUnavailable, Shown, Turn, build_prompt
 from app.memory.operations import Applier, Operation
@@ -30,7 +31,6 @@ POLL_SECONDS = 1.0
 """How often the queue is looked at without a wake-up (jobs queued by other processes, retries
 coming due)."""
 RELATED_MEMORIES = 20
-CONTEXT_TURNS = 6
 
 
 class Worker:

@@ -14,7 +14,8 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.requests import Request
 
 from app.errors import BodyTooLarge, InvalidJSON, InvalidRequest, ValidationFailed
-from app.proxy.offload import PIECE_ITEMS, pieces
+from app.proxy import json_pieces
+from app.proxy.offload import PIECE_ITEMS, is_large, pieces
 from app.proxy.requests import Classification, classify
 from app.schemas.checks import WRITABLE_DEPTH, json_problem, lone_surrogate_in
 from app.schemas.openai import ChatCompletionRequest, Message, chat_request_adapter
@@ -47,14 +48,23 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     """Parse a JSON object body: 400 for invalid JSON or for any other JSON value."""
     if not raw.strip():
         raise InvalidJSON("request body is empty; expected a JSON object")
+    large = is_large(len(raw))
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        # A large body a piece at a time: one call of orjson would hold the GIL throughout.
+        data = json_pieces.loads(raw) if large else orjson.loads(raw)
+    except RecursionError:
+        raise InvalidJSON("request body is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # orjson's and the standard library's errors, bad UTF-8
         found = lone_surrogate_in(raw) if "surrogate" in str(exc) else None
         if found is not None:  # a "\ud800" escape: say in which field, as a 422 would
             where, why = found
             raise ValidationFailed(f"{where} {why}", param=where) from None
         raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
+    if large and json_pieces.has_surrogate_escape(raw):
+        found = json_problem(data, numbers=False)  # a lone one, which orjson would refuse
+        if found is not None:
+            where, why = found
+            raise ValidationFailed(f"{where} {why}", param=where)
     if not isinstance(data, dict):
         raise InvalidRequest(
             f"request body must be a JSON object, not {type(data).__name__}", code="invalid_body"

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from app.proxy.completion import Reply, read_reply
 from app.proxy.history import ConvertedHistory, convert
+from app.proxy.offload import empty
 from app.proxy.requests import MemoryMode, RequestKind
 from app.schemas.openai import ChatCompletionRequest
 
@@ -73,6 +74,21 @@ class RequestContext:
     def history(self) -> ConvertedHistory:
         """The conversation as PydanticAI messages; converted on first use, off the hot path."""
         return convert(self.request.messages)
+
+    def drop_parsed(self) -> None:
+        """Let go of the parsed body, its validated messages and their history: for a large
+        body, hundreds of thousands of objects (:class:`app.proxy.offload.CollectorPause`),
+        freed a slice at a time (:func:`app.proxy.offload.empty`; freeing a whole list is one
+        call into C). Called off the loop once the hooks are done with them; `state` and the
+        request's other fields stay."""
+        converted: ConvertedHistory | None = self.__dict__.pop("history", None)
+        lists = [self.body.get("messages"), self.request.messages]
+        lists.append(converted.history if converted is not None else None)
+        self.body = {}
+        self.request = self.request.model_copy(update={"messages": []})
+        for items in lists:
+            if isinstance(items, list):
+                empty(items)
 
 
 class Outcome(StrEnum):

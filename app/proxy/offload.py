@@ -12,9 +12,11 @@ hop costs ~0.1 ms, several times what parsing a typical chat does.
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -45,6 +47,13 @@ def pieces(items: Sequence[T], size: int = PIECE_ITEMS) -> Iterator[tuple[int, S
         yield start, items[start : start + size]
 
 
+def empty(items: list[Any], size: int = PIECE_ITEMS) -> None:
+    """Clear `items` from the end, `size` at a time: the loop gets the GIL between two slices
+    while their objects are freed (run it in a worker thread)."""
+    while items:
+        del items[-size:]
+
+
 _SPACE = re.compile(r"\s")  # the same characters as str.isspace() and str.split()
 
 
@@ -63,3 +72,52 @@ def text_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
         yield text[start : found.start()]
         start = found.start()
     yield text[start:]
+
+
+class CollectorPause:
+    """The cyclic garbage collector held off while a large body's objects are alive.
+
+    A 100,000-message chat is ~600,000 objects (validated messages, PydanticAI history, turns),
+    and every full collection walks all of them with the GIL held: ~90-450 ms during which no
+    other request moves. Reference counting frees them all when the request lets them go, so
+    the collector has nothing to find in them; it is paused from when the body is parsed until
+    the request has dropped them (:meth:`release`), and at most :data:`PAUSE_SECONDS`. Pauses
+    nest: the collector runs again when the last one ends (unless it was off before the
+    first). Cyclic garbage made meanwhile by other requests waits until then.
+    """
+
+    _held = 0
+    _was_enabled = True
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._released = False
+        with CollectorPause._lock:
+            if CollectorPause._held == 0:
+                CollectorPause._was_enabled = gc.isenabled()
+                gc.disable()
+            CollectorPause._held += 1
+
+    def release(self) -> None:
+        """End this pause; later calls do nothing."""
+        with CollectorPause._lock:
+            if self._released:
+                return
+            self._released = True
+            CollectorPause._held -= 1
+            if CollectorPause._held == 0 and CollectorPause._was_enabled:
+                gc.enable()
+
+
+PAUSE_SECONDS = 60.0
+"""The longest a :class:`CollectorPause` lasts when its request never releases it."""
+
+
+def pause_collector(size: int) -> CollectorPause | None:
+    """A :class:`CollectorPause` for a large body (released after :data:`PAUSE_SECONDS` at the
+    latest), or None for a small one."""
+    if not is_large(size):
+        return None
+    pause = CollectorPause()
+    asyncio.get_running_loop().call_later(PAUSE_SECONDS, pause.release)
+    return pause

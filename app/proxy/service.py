@@ -8,6 +8,7 @@ response: the completion is read from the captured bytes and given to the hook, 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -28,7 +29,7 @@ from app.proxy.hooks import (
     RequestContext,
 )
 from app.proxy.identity import resolve_user, token_secret
-from app.proxy.offload import off_loop
+from app.proxy.offload import CollectorPause, off_loop, pause_collector
 from app.proxy.relay import ProxyResponse
 from app.proxy.requests import parse_memory_mode
 from app.proxy.upstream import Upstream
@@ -52,6 +53,21 @@ class ChatProxy:
 
     async def chat(self, request: Request, key: ApiKey | None, request_id: str) -> Response:
         raw = await read_body(request, self._max_body)
+        # A large body's objects are many: no collector walks over them meanwhile (offload.py).
+        pause = pause_collector(len(raw))
+        try:
+            response, ctx = await self._chat(request, key, request_id, raw)
+        except BaseException:
+            if pause is not None:
+                pause.release()
+            raise
+        if pause is not None:
+            self.runner.spawn(self._end_pause(ctx, pause), name=f"end-pause-{request_id}")
+        return response
+
+    async def _chat(
+        self, request: Request, key: ApiKey | None, request_id: str, raw: bytes
+    ) -> tuple[Response, RequestContext]:
         headers = request.headers
         # Tens of megabytes take a second to parse and check: not on the loop (offload.py).
         data, checked, kind = await off_loop(
@@ -108,7 +124,7 @@ class ChatProxy:
                 name=f"after-response-{request_id}",
             )
 
-        return ProxyResponse(
+        response = ProxyResponse(
             self.upstream,
             upstream_request,
             extra_headers=extra,
@@ -116,6 +132,19 @@ class ChatProxy:
             on_first_byte=preparation.on_first_byte if preparation else None,
             capture=True,
         )
+        return response, ctx
+
+    @staticmethod
+    async def _end_pause(ctx: RequestContext, pause: CollectorPause) -> None:
+        """Once the hooks are done with the parsed body (a Manager job is written from it while
+        the upstream thinks), drop it and let the collector run again."""
+        try:
+            job = ctx.state.get("job")
+            if job is not None:
+                await asyncio.wait({job})  # never cancels it
+            await asyncio.to_thread(ctx.drop_parsed)
+        finally:
+            pause.release()
 
     async def relay(self, request: Request, path: str, request_id: str) -> Response:
         """Any other `/v1/*` call (embeddings, audio, files...), passed through unchanged."""
