@@ -181,6 +181,7 @@ async def test_large_bodies_get_the_answers_small_ones_get(
         assert error["code"] == ("invalid_json" if status == 400 else "invalid_value")
     ok = await client.post("/v1/chat/completions", json=small_chat(), headers=ANN)
     assert ok.status_code == 200  # still serving
+    await services(client).runner.drain(10)
     assert gc.isenabled()
 
 
