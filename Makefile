@@ -30,6 +30,7 @@ lint: install
 	$(BIN)/ruff check app tests bench migrations
 	$(BIN)/ruff format --check app tests bench migrations
 	$(BIN)/mypy app
+	$(BIN)/lint-imports
 
 bench: install
 	$(BIN)/python bench/history_bench.py

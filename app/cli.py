@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import DBAPIError
 
 from app.config import Settings
-from app.memory.models import MemoryType
+from app.memory.store.tables import MemoryType
 from app.settings_errors import ConfigError, load_settings, unknown_settings
 
 if TYPE_CHECKING:
-    from app.memory.embedder import TextEmbedder
+    from app.memory.search.embedder import TextEmbedder
 
 CREATES_DATABASE = {("db", "upgrade"), ("memories", "add"), ("memories", "import")}
 """The commands that may create a missing SQLite database (besides `serve`); the rest only read
@@ -132,7 +132,7 @@ def _source(args: argparse.Namespace) -> str:
 def _check_database(args: argparse.Namespace, settings: Settings, *, create: bool) -> str:
     """Fail with one line when the database cannot be opened (or, unless `create`, is missing);
     else what to call it: the SQLite file, or the URL with its password masked."""
-    from app.memory.db import DatabaseUnavailable, check_database
+    from app.memory.store.db import DatabaseUnavailable, check_database
     from app.startup import redact
 
     source = _source(args)
@@ -197,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _prepare_model(settings: Settings) -> int:
-    from app.memory.embedder import bundled_model_path, prepare
+    from app.memory.search.embedder import bundled_model_path, prepare
 
     model = settings.embedding_model or bundled_model_path()
     for quantize in (False, True):
@@ -276,7 +276,7 @@ def _memory_parsers(commands: Any, database: argparse.ArgumentParser) -> None:
 
 
 async def _upgrade(url: str) -> None:
-    from app.memory.db import create_engine, upgrade
+    from app.memory.store.db import create_engine, upgrade
 
     engine = create_engine(url)
     try:

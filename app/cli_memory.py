@@ -36,13 +36,13 @@ from rich.table import Table
 
 from app.config import Settings
 from app.errors import MemproxyError
-from app.memory.db import create_engine, upgrade
-from app.memory.embedder import TextEmbedder, load_embedder
-from app.memory.jobs import JobQueue
-from app.memory.models import MemoryType
-from app.memory.records import NewMemory
+from app.memory.learning.jobs import JobQueue
+from app.memory.search.embedder import TextEmbedder, load_embedder
 from app.memory.service import MemoryService
-from app.memory.store import IdTaken, MemoryStore
+from app.memory.store.db import create_engine, upgrade
+from app.memory.store.memories import IdTaken, MemoryStore
+from app.memory.store.records import NewMemory
+from app.memory.store.tables import MemoryType
 from app.schemas.memories import MemoryCreate, check_length, export_line, read_import
 
 NEEDS_MODEL = {"add", "search", "import", "index"}

@@ -105,8 +105,8 @@ class Settings(BaseSettings):
     embedding_threads: int = Field(default=1, ge=1, le=64)
     """CPU threads one embedding run may use (1 keeps latency steady beside the server)."""
     relevance_threshold: float = Field(default=0.2, ge=0.0, le=1.0)
-    """Least fused score (0-1, see app/memory/recall.py) a memory needs to be injected. Measured
-    on the LoCoMo dev conversations: 0.2 keeps 86 % of the memories that answer a question
+    """Least fused score (0-1, see app/memory/search/ranking.py) a memory needs to be injected.
+    Measured on the LoCoMo dev conversations: 0.2 keeps 86 % of the memories that answer a question
     (0.3 keeps 61 %); clearly unrelated questions score ~0.1 against a store of personal facts."""
     dense_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     """Share of the embedding similarity in the fused score; the rest is BM25's."""

@@ -16,13 +16,14 @@ import httpx
 from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.background import BackgroundRunner
 from app.config import ApiKey, Settings
 from app.errors import InvalidRequest, PermissionDenied
-from app.memory.jobs import JobQueue
+from app.memory.learning.jobs import JobQueue
 from app.memory.service import MemoryService
-from app.memory.store import MemoryStore
+from app.memory.store.memories import MemoryStore
 from app.metrics import Metrics
-from app.proxy.hooks import BackgroundRunner
+from app.proxy.chat_proxy import ChatProxy
 from app.proxy.identity import (
     Authenticator,
     bearer_token,
@@ -31,7 +32,6 @@ from app.proxy.identity import (
     token_secret,
 )
 from app.proxy.models_cache import ModelsCache
-from app.proxy.service import ChatProxy
 from app.proxy.upstream import Upstream
 
 

@@ -19,26 +19,32 @@ from pydantic_ai.models import Model
 
 from app import __version__, startup
 from app.api import chat, docs, health, memories, models, relay
+from app.background import BackgroundRunner
 from app.body_guard import BodyGuard
 from app.config import ApiKey, Settings
 from app.deps import Services
 from app.errors import install_error_handlers
 from app.log import configure_logging
-from app.memory.db import create_engine, upgrade
-from app.memory.embedder import TextEmbedder, load_embedder
-from app.memory.hooks import ChatMemory
-from app.memory.index import configure_threads
-from app.memory.jobs import JobQueue
-from app.memory.manager import Manager, build_http_client
-from app.memory.service import MemoryService
-from app.memory.store import MemoryStore
-from app.memory.worker import Worker
+from app.memory import (
+    ChatMemory,
+    JobQueue,
+    Manager,
+    MemoryService,
+    MemoryStore,
+    TextEmbedder,
+    Worker,
+    build_http_client,
+    configure_threads,
+    create_engine,
+    load_embedder,
+    upgrade,
+)
 from app.metrics import Metrics
 from app.middleware import RequestIdMiddleware
-from app.proxy.hooks import BackgroundRunner, MemoryHooks
+from app.proxy.chat_proxy import ChatProxy
+from app.proxy.hooks import MemoryHooks
 from app.proxy.identity import Authenticator
 from app.proxy.models_cache import ModelsCache
-from app.proxy.service import ChatProxy
 from app.proxy.upstream import Upstream, build_client, build_transport
 from app.settings_errors import settings_or_exit, unknown_settings
 

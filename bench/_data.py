@@ -15,15 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from app.memory.lexical import STOP_WORDS
-from app.memory.models import Memory, UserState
+from app.memory.search.lexical import STOP_WORDS
+from app.memory.store.tables import Memory, UserState
 
 SIZES = (1_000, 10_000, 100_000)
 
 
 def vocabulary() -> list[str]:
     """English words that the bundled model's tokenizer keeps whole (realistic token counts)."""
-    from app.memory.embedder import bundled_model_path
+    from app.memory.search.embedder import bundled_model_path
 
     vocab = json.loads((Path(bundled_model_path()) / "tokenizer.json").read_text())
     words = vocab["model"]["vocab"]

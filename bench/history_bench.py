@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.proxy.history import convert
-from app.proxy.requests import classify
+from app.proxy.kinds import classify
 from app.schemas.openai import chat_request_adapter
 
 

@@ -308,9 +308,9 @@ def main() -> None:
 async def seed(database: str, count: int) -> None:
     """`count` memories of the user `bench`, stored as the bundled model's vectors."""
     sys.path.insert(0, str(ROOT))
-    from app.memory.db import create_engine, upgrade
-    from app.memory.embedder import bundled_model_path, prepare
-    from app.memory.parts import SCHEME
+    from app.memory.search.embedder import bundled_model_path, prepare
+    from app.memory.search.parts import SCHEME
+    from app.memory.store.db import create_engine, upgrade
     from bench._data import generate
 
     engine = create_engine(database)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.config import Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
-from app.memory.parts import vector_model  # noqa: E402
+from app.memory.search.parts import vector_model  # noqa: E402
 from bench._data import SIZES, Text, generate  # noqa: E402
 
 QUERIES = 200

@@ -9,8 +9,8 @@ import os
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from app.memory.db import create_engine
-from app.memory.models import Base
+from app.memory.store.db import create_engine
+from app.memory.store.tables import Base
 
 target_metadata = Base.metadata
 # batch mode: SQLite can only alter tables by copying them; Alembic does that when asked to.

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import Settings
 from app.main import create_app
-from app.memory.db import create_engine, upgrade
+from app.memory.store.db import create_engine, upgrade
 from app.proxy.hooks import MemoryHooks
 from tests.fakes import FakeEmbedder
 from tests.helpers import UPSTREAM, running

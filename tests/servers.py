@@ -15,7 +15,7 @@ import uvicorn
 from app.config import Settings
 from app.devtools.fake_upstream import FakeUpstream
 from app.main import create_app
-from app.memory.embedder import TextEmbedder
+from app.memory.search.embedder import TextEmbedder
 from app.proxy.hooks import MemoryHooks
 from tests.fakes import FakeEmbedder
 

@@ -7,9 +7,9 @@ import orjson
 import pytest
 import respx
 
+from app.memory.block import BLOCK_START, insert_memory_block
 from app.proxy.hooks import Outcome, Preparation
-from app.proxy.injection import BLOCK_START, insert_memory_block
-from app.proxy.requests import MemoryMode, RequestKind
+from app.proxy.kinds import MemoryMode, RequestKind
 from tests.helpers import RecordingHooks, chat_body, completion_json, sse, sse_response
 
 # Key order, spacing, unicode escapes and unknown fields must all survive the trip.

@@ -135,7 +135,7 @@ def test_first_start_says_one_line_per_model_export(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """`make run` printed the same "exporting ... (once)" twice: fp32 and int8 are two exports."""
-    from app.memory import embedder
+    from app.memory.search import embedder
 
     monkeypatch.setattr(embedder, "_export", lambda source, target, quantize: target.touch())
     records: list[logging.LogRecord] = []

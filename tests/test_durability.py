@@ -21,13 +21,13 @@ import respx
 from sqlalchemy import event, func, select
 
 from app.devtools.fake_upstream import FakeUpstream
-from app.memory.db import create_engine, upgrade
-from app.memory.extraction import exchange
-from app.memory.jobs import JobQueue
-from app.memory.manager import Turn
-from app.memory.models import ManagerJob, Memory, ProcessedTurn
-from app.memory.records import NewMemory
-from app.memory.store import MemoryStore
+from app.memory.learning.extraction import exchange
+from app.memory.learning.jobs import JobQueue
+from app.memory.learning.turns import Turn
+from app.memory.store.db import create_engine, upgrade
+from app.memory.store.memories import MemoryStore
+from app.memory.store.records import NewMemory
+from app.memory.store.tables import ManagerJob, Memory, ProcessedTurn
 from tests.conftest import AppClientFactory
 from tests.helpers import completion_json, free_port, sse_response
 from tests.helpers import sse as sse_body

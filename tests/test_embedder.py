@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.memory.embedder import Embedder, bundled_model_path, prepare
+from app.memory.search.embedder import Embedder, bundled_model_path, prepare
 
 TEXTS = [
     "When did Caroline go to the LGBTQ support group?",
@@ -72,7 +72,7 @@ def test_pooling_comes_from_the_models_own_config(tmp_path: Path) -> None:
     import json
     import shutil
 
-    from app.memory.embedder import _pooling
+    from app.memory.search.embedder import _pooling
 
     bundled = Path(bundled_model_path())
     assert _pooling(bundled) == "mean"

@@ -18,18 +18,19 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Tool
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import select
 
-from app.memory.extraction import (
+from app.memory.learning.applier import Applier
+from app.memory.learning.decisions import Op, Operation
+from app.memory.learning.extraction import (
     CONTEXT_TURNS,
     MAX_JOB_TURNS,
     exchange,
     fingerprints_of,
     is_explicit,
 )
-from app.memory.jobs import JobQueue
-from app.memory.manager import Turn
-from app.memory.models import ManagerJob
-from app.memory.operations import Applier, Op, Operation
+from app.memory.learning.jobs import JobQueue
+from app.memory.learning.turns import Turn
 from app.memory.service import MemoryService
+from app.memory.store.tables import ManagerJob
 from tests.conftest import AppClientFactory
 from tests.helpers import completion_json, sse
 
@@ -276,8 +277,8 @@ def test_a_long_conversation_first_seen_gives_its_last_turns_and_takes_them_all(
 
 
 async def test_routine_jobs_merge_only_within_the_bound(tmp_path: Path) -> None:
-    from app.memory.db import create_engine, upgrade
-    from app.memory.store import MemoryStore
+    from app.memory.store.db import create_engine, upgrade
+    from app.memory.store.memories import MemoryStore
 
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/q.db")
     await upgrade(engine)
@@ -303,11 +304,11 @@ async def test_routine_jobs_merge_only_within_the_bound(tmp_path: Path) -> None:
 
 
 async def test_exchanges_within_the_interval_join_one_job(tmp_path: Path) -> None:
-    from app.memory.db import create_engine, upgrade
+    from app.memory.store.db import create_engine, upgrade
 
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/q.db")
     await upgrade(engine)
-    from app.memory.store import MemoryStore
+    from app.memory.store.memories import MemoryStore
 
     queue = JobQueue(MemoryStore(engine).sessions, limit=100)
     turns = [Turn("user", "I live in Oslo"), Turn("assistant", "ok")]
@@ -351,8 +352,8 @@ async def test_exchanges_within_the_interval_join_one_job(tmp_path: Path) -> Non
 
 
 async def test_a_full_queue_drops_the_oldest_routine_jobs_never_explicit(tmp_path: Path) -> None:
-    from app.memory.db import create_engine, upgrade
-    from app.memory.store import MemoryStore
+    from app.memory.store.db import create_engine, upgrade
+    from app.memory.store.memories import MemoryStore
 
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/q.db")
     await upgrade(engine)

@@ -17,8 +17,9 @@ from pydantic_ai import models
 from app.config import Settings
 from app.devtools.fake_manager import decisions, third_person
 from app.devtools.fake_upstream import FakeUpstream
-from app.memory.manager import INSTRUCTIONS, Manager, Shown, Turn, build_prompt
-from app.memory.operations import Op
+from app.memory.learning.decisions import Op
+from app.memory.learning.manager import INSTRUCTIONS, Manager, Shown, build_prompt
+from app.memory.learning.turns import Turn
 from tests.servers import serve_stack
 
 NOW = datetime(2026, 11, 22, 15, 4, tzinfo=UTC)

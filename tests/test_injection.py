@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from app.proxy.injection import BLOCK_END, BLOCK_START, insert_memory_block
+from app.memory.block import BLOCK_END, BLOCK_START, insert_memory_block
 
 
 def test_new_system_message_when_none() -> None:

@@ -23,13 +23,14 @@ import orjson
 import pytest
 import respx
 
-import app.memory.context as context
-import app.memory.extraction as extraction
-import app.memory.hooks as memory_hooks
+import app.memory.chat.glue as memory_hooks
+import app.memory.chat.query as context
+import app.memory.learning.extraction as extraction
+import app.memory.learning.turns as turns
 import app.proxy.body as body
 import app.proxy.history as history
 import app.proxy.json_pieces as json_pieces
-from app.proxy.injection import BLOCK_END, BLOCK_START, strip_block
+from app.memory.block import BLOCK_END, BLOCK_START, strip_block
 from app.proxy.offload import LARGE_BODY_BYTES, PIECE_CHARS, PIECE_ITEMS
 from app.schemas.openai import chat_request_adapter
 from tests.conftest import AppClientFactory
@@ -87,7 +88,7 @@ async def test_recall_and_the_manager_job_of_a_large_chat_are_worked_out_off_the
     client = await manager_client(make_client, Remembering())
     loop_thread = threading.get_ident()
     threads: dict[str, set[int]] = {"recall_query": set(), "fingerprint": set()}
-    for module, name in ((memory_hooks, "recall_query"), (extraction, "fingerprint")):
+    for module, name in ((memory_hooks, "recall_query"), (turns, "fingerprint")):
         real = getattr(module, name)
 
         def recording(*args: Any, _name: str = name, _real: Any = real) -> Any:
@@ -225,8 +226,8 @@ def test_a_long_text_is_fingerprinted_in_pieces(monkeypatch: pytest.MonkeyPatch)
 
     text = "  first  \n" + LONG_TEXT + "\t last"
     whole = (" ".join("before".split()) + "\x00" + " ".join(text.split())).encode()
-    monkeypatch.setattr(extraction, "hashlib", SimpleNamespace(sha256=Sha))
-    assert extraction.fingerprint("before", text) == hashlib.sha256(whole).hexdigest()
+    monkeypatch.setattr(turns, "hashlib", SimpleNamespace(sha256=Sha))
+    assert turns.fingerprint("before", text) == hashlib.sha256(whole).hexdigest()
     assert max(fed) <= 2 * PIECE_CHARS
 
 
@@ -277,8 +278,8 @@ def test_stripping_blocks_takes_linear_time() -> None:
     quadratic (300 KB: 30 s, the GIL held). Run apart so that a regression cannot hang the
     suite; the timeout is a guard (the old code needs hours for this), not a measurement."""
     code = (
-        "from app.proxy.injection import strip_block, BLOCK_START\n"
-        "from app.proxy.foreign import strip_foreign, OPENWEBUI_MEMORY_START\n"
+        "from app.memory.block import strip_block, BLOCK_START\n"
+        "from app.memory.foreign import strip_foreign, OPENWEBUI_MEMORY_START\n"
         "strip_block(BLOCK_START * 200_000)\n"
         "strip_block(BLOCK_START + '\\n' * 2_000_000 + 'x')\n"
         "strip_foreign(OPENWEBUI_MEMORY_START * 200_000)\n"

@@ -23,8 +23,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from app.config import Settings
 from app.log import memproxy_handler
 from app.main import create_app
-from app.memory.jobs import JobQueue
-from app.memory.manager import (
+from app.memory.learning.decisions import Op
+from app.memory.learning.jobs import JobQueue
+from app.memory.learning.manager import (
     Manager,
     ManagerUnavailable,
     Shown,
@@ -33,7 +34,6 @@ from app.memory.manager import (
     build_prompt,
     transcript,
 )
-from app.memory.operations import Op
 from app.proxy.history import convert
 from app.schemas.openai import ChatCompletionRequest
 from tests.conftest import make_settings

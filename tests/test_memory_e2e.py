@@ -12,8 +12,8 @@ import openai
 import pytest
 
 from app.config import Settings
-from app.memory.embedder import PairedEmbedder, TextEmbedder, load_embedder
-from app.proxy.injection import BLOCK_START
+from app.memory.block import BLOCK_START
+from app.memory.search.embedder import PairedEmbedder, TextEmbedder, load_embedder
 from tests.servers import Stack, serve_stack
 
 MEMORIES = [

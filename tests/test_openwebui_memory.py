@@ -13,8 +13,8 @@ from pydantic_ai import models
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo
 
-from app.memory.context import recall_query
-from app.proxy.foreign import strip_foreign
+from app.memory.chat.query import recall_query
+from app.memory.foreign import strip_foreign
 from tests.conftest import AppClientFactory
 from tests.helpers import completion_json
 from tests.test_extraction import manager_client, until

@@ -7,11 +7,12 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.memory.models import MemoryType
-from app.memory.operations import Applier, Op, Operation
-from app.memory.records import NewMemory
+from app.memory.learning.applier import Applier
+from app.memory.learning.decisions import Op, Operation
 from app.memory.service import MemoryService
-from app.memory.store import MemoryStore
+from app.memory.store.memories import MemoryStore
+from app.memory.store.records import NewMemory
+from app.memory.store.tables import MemoryType
 from tests.fakes import FakeEmbedder
 
 
@@ -158,9 +159,9 @@ async def test_history_shows_why_a_memory_exists_and_is_private(client: httpx.As
 async def test_deleting_all_memories_erases_their_history_fingerprints_and_jobs(
     client: httpx.AsyncClient,
 ) -> None:
-    from app.memory.extraction import exchange
-    from app.memory.jobs import JobQueue
-    from app.memory.manager import Turn
+    from app.memory.learning.extraction import exchange
+    from app.memory.learning.jobs import JobQueue
+    from app.memory.learning.turns import Turn
 
     services = client._transport.app.state.services  # type: ignore[attr-defined]
     created = (

@@ -17,8 +17,7 @@ import pytest
 import respx
 from fastapi import FastAPI
 
-from app.memory.context import HEADER
-from app.proxy.injection import BLOCK_END, BLOCK_START
+from app.memory.block import BLOCK_END, BLOCK_START, HEADER
 from tests.conftest import AppClientFactory
 from tests.fakes import FakeEmbedder
 from tests.helpers import completion_json, sse, sse_response

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.memory.db import create_engine, upgrade
-from app.memory.lexical import Analyzer, LexicalIndex
-from app.memory.parts import decode
-from app.memory.records import NewMemory
+from app.memory.search.lexical import Analyzer, LexicalIndex
+from app.memory.search.parts import decode
 from app.memory.service import MemoryService
-from app.memory.store import MemoryStore
+from app.memory.store.db import create_engine, upgrade
+from app.memory.store.memories import MemoryStore
+from app.memory.store.records import NewMemory
 from tests.fakes import FakeEmbedder
 
 WORDS = ("violin garden roses nurse oslo ramen hiking beagle chess cello lyon paris piano "

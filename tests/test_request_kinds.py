@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.errors import InvalidRequest
-from app.proxy.requests import MemoryMode, RequestKind, classify, parse_memory_mode
+from app.proxy.kinds import MemoryMode, RequestKind, classify, parse_memory_mode
 
 
 def user(text: str) -> list[dict]:

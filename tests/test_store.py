@@ -14,10 +14,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import cli
-from app.memory.db import create_engine, schema_is_current, upgrade
-from app.memory.models import Base, MemorySource, MemoryType
-from app.memory.records import NewMemory
-from app.memory.store import IdTaken, MemoryStore
+from app.memory.store.db import create_engine, schema_is_current, upgrade
+from app.memory.store.memories import IdTaken, MemoryStore
+from app.memory.store.records import NewMemory
+from app.memory.store.tables import Base, MemorySource, MemoryType
 
 
 def url_for(path: Path) -> str:

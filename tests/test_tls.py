@@ -20,8 +20,14 @@ from app import settings_errors
 from app.config import Settings
 from app.devtools.fake_upstream import FakeUpstream
 from app.main import create_app
-from app.memory.manager import Manager, ManagerUnavailable, Turn, build_http_client, build_prompt
-from app.memory.operations import Op
+from app.memory.learning.decisions import Op
+from app.memory.learning.manager import (
+    Manager,
+    ManagerUnavailable,
+    Turn,
+    build_http_client,
+    build_prompt,
+)
 from tests.fakes import FakeEmbedder
 from tests.helpers import assert_openai_error, chat_body, running
 from tests.servers import serve

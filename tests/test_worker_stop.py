@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from app.memory.worker import Worker, _cancelled
+from app.memory.learning.worker import Worker, _cancelled
 
 
 async def test_a_task_that_swallows_a_cancel_is_cancelled_again() -> None:

@@ -14,7 +14,7 @@ from sqlalchemy import text
 from starlette.responses import JSONResponse, Response
 
 from app.deps import Services, check_any_key
-from app.memory.db import schema_is_current
+from app.memory.store.db import schema_is_current
 
 router = APIRouter(tags=["health"])
 

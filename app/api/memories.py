@@ -10,9 +10,9 @@ from starlette.responses import Response, StreamingResponse
 
 from app.deps import MemoryCaller, MemoryCallerDep
 from app.errors import Conflict, InvalidRequest, NotFound, ValidationFailed
-from app.memory.models import MemoryType
-from app.memory.records import NewMemory
-from app.memory.store import IdTaken
+from app.memory.store.memories import IdTaken
+from app.memory.store.records import NewMemory
+from app.memory.store.tables import MemoryType
 from app.proxy.body import read_body
 from app.schemas.checks import INT64_MAX
 from app.schemas.memories import (

@@ -1,8 +1,8 @@
 """The fake upstream's Manager: deterministic, honest decisions from a few sentence shapes.
 
 Not a model: it lets memproxy's learning be tried without one. It answers a request whose last
-user message is the Manager's prompt (:func:`app.memory.manager.build_prompt`), reading only the
-USER lines of the new exchange and the numbered existing memories:
+user message is the Manager's prompt (:func:`app.memory.learning.manager.build_prompt`), reading
+only the USER lines of the new exchange and the numbered existing memories:
 
 - "remember that X" (also "don't forget that X", "remember my/I ...") -> NEW, X in the third person;
 - a statement "I am / I'm / I live / I play / I like / I love ..." or "My ... is/are ..." -> NEW;

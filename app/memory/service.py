@@ -13,15 +13,15 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.memory.cache import IndexCache
-from app.memory.context import estimate_tokens, fit_budget, memory_line
-from app.memory.embedder import TextEmbedder
-from app.memory.events import Event
-from app.memory.models import MemoryType
-from app.memory.parts import decode, embed_memories, encode, vector_model
-from app.memory.recall import Hit, Searcher
-from app.memory.records import MemoryRecord, NewMemory, Written
-from app.memory.store import MemoryStore
+from app.memory.block import estimate_tokens, fit_budget, memory_line
+from app.memory.search.cache import IndexCache
+from app.memory.search.embedder import TextEmbedder
+from app.memory.search.parts import decode, embed_memories, encode, vector_model
+from app.memory.search.ranking import Hit, Searcher
+from app.memory.store.events import Event
+from app.memory.store.memories import MemoryStore
+from app.memory.store.records import MemoryRecord, NewMemory, Written
+from app.memory.store.tables import MemoryType
 
 logger = logging.getLogger("memproxy.memory")
 
@@ -138,7 +138,8 @@ class MemoryService:
         types: Sequence[str] = (),
         background: bool = False,
     ) -> list[Found]:
-        """Ranked as chat recall ranks (:mod:`app.memory.recall`), with the memories loaded."""
+        """Ranked as chat recall ranks (:mod:`app.memory.search.ranking`), with the memories
+        loaded."""
         hits = await self.searcher.search(
             user_id, query, limit=limit, min_score=min_score, types=types, background=background
         )

@@ -15,8 +15,8 @@ from starlette.requests import Request
 
 from app.errors import BodyTooLarge, InvalidJSON, InvalidRequest, ValidationFailed
 from app.proxy import json_pieces
+from app.proxy.kinds import Classification, classify
 from app.proxy.offload import PIECE_ITEMS, is_large, pieces
-from app.proxy.requests import Classification, classify
 from app.schemas.checks import WRITABLE_DEPTH, json_problem, lone_surrogate_in
 from app.schemas.openai import ChatCompletionRequest, Message, chat_request_adapter
 

@@ -1,10 +1,10 @@
-"""The seams where memory attaches to the proxy, and the runner for work done after a response.
+"""The seams where memory attaches to the proxy.
 
 A chat request passes two hooks (:class:`MemoryHooks`):
 
 - ``before_forward(ctx)`` runs on the hot path, only when ``ctx.recall_allowed`` (a ``chat``
   request, ``X-Memory`` not ``off``). It may return a :class:`Preparation` with a new body (the
-  memory block inserted with :func:`app.proxy.injection.insert_memory_block`) and response
+  memory block inserted with :func:`app.memory.block.insert_memory_block`) and response
   headers; ``None`` forwards the client's bytes untouched.
 - ``after_response(ctx, completion)`` runs once the whole response has reached the client (or the
   exchange ended otherwise: see :class:`Outcome`), in a background task, never delaying the
@@ -13,9 +13,7 @@ A chat request passes two hooks (:class:`MemoryHooks`):
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -23,11 +21,9 @@ from typing import Any, Protocol
 
 from app.proxy.completion import Reply, read_reply
 from app.proxy.history import ConvertedHistory, convert
+from app.proxy.kinds import MemoryMode, RequestKind
 from app.proxy.offload import empty
-from app.proxy.requests import MemoryMode, RequestKind
 from app.schemas.openai import ChatCompletionRequest
-
-logger = logging.getLogger("memproxy.hooks")
 
 
 @dataclass(slots=False)
@@ -155,46 +151,3 @@ class MemoryHooks(Protocol):
     async def before_forward(self, ctx: RequestContext) -> Preparation | None: ...
 
     async def after_response(self, ctx: RequestContext, completion: Completion) -> None: ...
-
-
-class NoMemory:
-    """The hooks of a proxy without memory: forward everything untouched, learn nothing."""
-
-    async def before_forward(self, ctx: RequestContext) -> Preparation | None:
-        return None
-
-    async def after_response(self, ctx: RequestContext, completion: Completion) -> None:
-        return None
-
-
-class BackgroundRunner:
-    """Runs fire-and-forget coroutines: keeps them referenced, logs their failures, and lets
-    shutdown wait for them (bounded) instead of cutting them off."""
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[object]] = set()
-
-    def spawn(self, coro: Coroutine[Any, Any, object], *, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[object]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            logger.error("background task %s failed", task.get_name(), exc_info=task.exception())
-
-    @property
-    def pending(self) -> int:
-        return len(self._tasks)
-
-    async def drain(self, grace_seconds: float) -> None:
-        """Wait up to `grace_seconds` for running tasks, then cancel what is left."""
-        if not self._tasks:
-            return
-        _, still_running = await asyncio.wait(set(self._tasks), timeout=grace_seconds)
-        for task in still_running:
-            task.cancel()
-        if still_running:
-            logger.warning("cancelled %d background task(s) at shutdown", len(still_running))
-            await asyncio.gather(*still_running, return_exceptions=True)

@@ -16,8 +16,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.errors import InvalidRequest, ValidationFailed
-from app.memory.models import MemorySource, MemoryType
-from app.memory.records import MemoryRecord, NewMemory
+from app.memory.store.records import MemoryRecord, NewMemory
+from app.memory.store.tables import MemorySource, MemoryType
 from app.schemas.checks import json_problem, lone_surrogate, lone_surrogate_in, shown
 
 MAX_BATCH = 1000
@@ -156,7 +156,8 @@ class MemorySearch(_Strict):
     limit: Annotated[int, Field(ge=1, le=100)] = 10
     types: list[MemoryType] | None = None
     min_score: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
-    """Least fused score (see app/memory/recall.py); default MEMPROXY_RELEVANCE_THRESHOLD."""
+    """Least fused score (see app/memory/search/ranking.py); by default
+    MEMPROXY_RELEVANCE_THRESHOLD."""
 
     _check_query = field_validator("query")(_content)
 

@@ -1,13 +1,14 @@
 """Runs the Manager's jobs in the background, never in a chat's way.
 
 Each job: the user's memories most related to its new turns are numbered for the Manager, the
-Manager decides (:mod:`app.memory.manager`), and the operations are applied with the job deleted
-in the same transaction (:mod:`app.memory.operations`). Up to ``MEMPROXY_MANAGER_CONCURRENCY``
-jobs run at once, never two of one user. A Manager that cannot be reached, or any other failure,
-sends the job back with exponential backoff (``MEMPROXY_MANAGER_RETRY_SECONDS``, doubled each
-time); after ``MEMPROXY_MANAGER_JOB_ATTEMPTS`` attempts the job is parked as failed with the
-reason (``memproxy jobs retry`` queues it again); a Manager that could not be asked is named in
-it by URL and model. An answer that stays malformed is dropped.
+Manager decides (:mod:`app.memory.learning.manager`), and the operations are applied with the job
+deleted in the same transaction (:mod:`app.memory.learning.applier`). Up to
+``MEMPROXY_MANAGER_CONCURRENCY`` jobs run at once, never two of one user. A Manager that cannot
+be reached, or any other failure, sends the job back with exponential backoff
+(``MEMPROXY_MANAGER_RETRY_SECONDS``, doubled each time); after ``MEMPROXY_MANAGER_JOB_ATTEMPTS``
+attempts the job is parked as failed with the reason (``memproxy jobs retry`` queues it again); a
+Manager that could not be asked is named in it by URL and model. An answer that stays malformed
+is dropped.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import logging
 from contextlib import suppress
 
 from app.config import Settings
-from app.memory.extraction import CONTEXT_TURNS
-from app.memory.jobs import Job, JobQueue
-from app.memory.manager import Manager, ManagerUnavailable, Shown, Turn, build_prompt
-from app.memory.operations import Applier, Operation
-from app.memory.records import now
+from app.memory.learning.applier import Applier
+from app.memory.learning.decisions import Operation
+from app.memory.learning.extraction import CONTEXT_TURNS
+from app.memory.learning.jobs import Job, JobQueue
+from app.memory.learning.manager import Manager, ManagerUnavailable, Shown, build_prompt
+from app.memory.learning.turns import Turn
 from app.memory.service import MemoryService
+from app.memory.store.records import now
 from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.manager")

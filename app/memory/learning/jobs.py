@@ -13,7 +13,8 @@ Promises:
 - routine exchanges within ``MEMPROXY_PROCESSING_INTERVAL`` of the user's last job join that
   user's pending routine job, due at the end of the interval; an explicit request takes a
   pending routine job's turns along and is due at once; either only while the two hold at most
-  :data:`~app.memory.extraction.MAX_JOB_TURNS` new turns (else each stays a job of its own);
+  :data:`~app.memory.learning.extraction.MAX_JOB_TURNS` new turns (else each stays a job of its
+  own);
 - beyond ``MEMPROXY_MANAGER_QUEUE_LIMIT`` queued jobs, the oldest routine ones are dropped;
   explicit ones never are.
 """
@@ -28,10 +29,11 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.memory.db import insert_for, writing
-from app.memory.extraction import MAX_JOB_TURNS, Exchange, fingerprints_of, for_manager
-from app.memory.models import JobStatus, ManagerJob, ManagerState, ProcessedTurn
-from app.memory.records import aware, now
+from app.memory.learning.extraction import MAX_JOB_TURNS, Exchange, for_manager
+from app.memory.learning.turns import fingerprints_of
+from app.memory.store.db import insert_for, writing
+from app.memory.store.records import aware, now
+from app.memory.store.tables import JobStatus, ManagerJob, ManagerState, ProcessedTurn
 from app.proxy.offload import pieces
 
 

@@ -1,4 +1,11 @@
-"""Putting a block of text (the user's memories) into the system message of a chat body.
+"""The memory block: how the user's memories are shown to the model, and put into a chat body.
+
+- Memories go into the system message as a block: one line each, ``- [YYYY-MM-DD] content``, the
+  date being when the memory was made, most relevant first, after one sentence telling the
+  model what they are. Whatever exceeds the token budget (which counts the memory lines, not the
+  fixed sentence) is left out, lowest score first.
+- Tokens are estimated at four characters each (plus a few per line): no tokenizer of the
+  upstream's model is at hand, and the estimate errs on the generous side for English.
 
 The block is wrapped in markers so it can be found again: inserting into a body that already has
 one (a client that echoes the system prompt back, or two memproxies in a row) replaces it rather
@@ -13,11 +20,17 @@ or follows a long run of newlines (300 KB of start tags kept the GIL for 30 s).
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
 
 BLOCK_START = "<memproxy-memories>"
 BLOCK_END = "</memproxy-memories>"
 _NEWLINES = re.compile(r"\n*")
+HEADER = (
+    "Things you remember about the user from earlier conversations (date noted first). "
+    "Use them when they are relevant; do not mention this list unless asked about it."
+)
 
 
 def wrap_block(text: str) -> str:
@@ -100,3 +113,47 @@ def _part_has_block(part: Any) -> bool:
 
 def _empty_text_part(part: Any) -> bool:
     return isinstance(part, dict) and part.get("type") == "text" and not part.get("text")
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // 4 + 4
+
+
+class Dated(Protocol):
+    """What a memory line shows: a search hit or a stored record."""
+
+    @property
+    def content(self) -> str: ...
+
+    @property
+    def created_at(self) -> datetime: ...
+
+
+D = TypeVar("D", bound=Dated)
+
+
+def memory_line(memory: Dated) -> str:
+    content = " ".join(memory.content.split())  # one line each, whatever the memory holds
+    return f"- [{memory.created_at.date().isoformat()}] {content}"
+
+
+def fit_budget(memories: Sequence[D], budget_tokens: int) -> list[D]:
+    """The memories, in order, whose lines fit in `budget_tokens`; a memory that does not fit is
+    skipped and shorter ones after it may still go in. The fixed :data:`HEADER` (~45 tokens) is
+    not counted: the budget is what the memories themselves may take, so a small budget still
+    holds a short memory."""
+    used = 0
+    kept = []
+    for memory in memories:
+        cost = estimate_tokens(memory_line(memory))
+        if used + cost <= budget_tokens:
+            kept.append(memory)
+            used += cost
+    return kept
+
+
+def memory_block(memories: Sequence[Dated]) -> str:
+    """The text injected into the system message ('' when there is nothing to say)."""
+    if not memories:
+        return ""
+    return "\n".join([HEADER, *(memory_line(m) for m in memories)])

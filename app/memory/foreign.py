@@ -21,7 +21,7 @@ system message became a user message (Open WebUI sends the system prompt as a us
 
 from __future__ import annotations
 
-from app.proxy.injection import remove_blocks
+from app.memory.block import remove_blocks
 
 OPENWEBUI_MEMORY_START = "<memory_context>"
 OPENWEBUI_MEMORY_END = "</memory_context>"

@@ -13,14 +13,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from app.memory.manager import Turn
-from app.proxy.offload import text_pieces
+from app.memory.learning.turns import Turn, fingerprints_of
 
 EXPLICIT = re.compile(
     r"\b(?:"
@@ -82,26 +79,6 @@ def is_explicit(text: str) -> bool:
     return False
 
 
-def fingerprint(previous: str, text: str) -> str:
-    """A turn's identity: it and the turn before it, whitespace-normalised, hashed."""
-    digest = hashlib.sha256()
-    _add_words(digest, previous)
-    digest.update(b"\x00")
-    _add_words(digest, text)
-    return digest.hexdigest()
-
-
-def _add_words(digest: Any, text: str) -> None:
-    """Hash ``" ".join(text.split())`` a piece at a time (:func:`text_pieces`): splitting 50 MB
-    at once held the GIL for a second."""
-    first = True
-    for piece in text_pieces(text):
-        words = piece.split()
-        if words:
-            digest.update((" ".join(words) if first else " " + " ".join(words)).encode())
-            first = False
-
-
 @dataclass(frozen=True, slots=True)
 class Exchange:
     """What a job will give the Manager."""
@@ -114,15 +91,6 @@ class Exchange:
     marks: list[tuple[int, str]] = field(default_factory=list)
     """(index in `context` + `new`, fingerprint) of every user turn: hashing a long turn again
     would cost as much as the first time."""
-
-
-def fingerprints_of(turns: Sequence[Turn]) -> list[tuple[int, str]]:
-    """(index, fingerprint) of each user turn."""
-    return [
-        (i, fingerprint(turns[i - 1].text if i else "", turn.text))
-        for i, turn in enumerate(turns)
-        if turn.role == "user"
-    ]
 
 
 def exchange(

@@ -9,8 +9,8 @@ Promises:
   longer N, whichever process wrote, and catches up with :meth:`MemoryStore.snapshot`;
 - recall bookkeeping (:meth:`MemoryStore.mark_recalled`) and re-embedding
   (:meth:`MemoryStore.set_embeddings`) change no content and bump nothing;
-- results are plain frozen :class:`~app.memory.records.MemoryRecord` values, safe to keep after
-  the session closes.
+- results are plain frozen :class:`~app.memory.store.records.MemoryRecord` values, safe to keep
+  after the session closes.
 """
 
 from __future__ import annotations
@@ -22,21 +22,11 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.memory import events
-from app.memory.db import insert_for, writing
-from app.memory.marks import RecallMarks
-from app.memory.models import (
-    EventAction,
-    ManagerJob,
-    Memory,
-    MemoryEvent,
-    MemorySource,
-    MemoryType,
-    ProcessedTurn,
-    UserState,
-)
-from app.memory.queries import MemoryQueries, own
-from app.memory.records import (
+from app.memory.store import events
+from app.memory.store.db import insert_for, writing
+from app.memory.store.marks import RecallMarks
+from app.memory.store.queries import MemoryQueries, own
+from app.memory.store.records import (
     RECORD_COLUMNS,
     Deleted,
     MemoryRecord,
@@ -45,6 +35,16 @@ from app.memory.records import (
     now,
     record_of,
     record_of_row,
+)
+from app.memory.store.tables import (
+    EventAction,
+    ManagerJob,
+    Memory,
+    MemoryEvent,
+    MemorySource,
+    MemoryType,
+    ProcessedTurn,
+    UserState,
 )
 
 _CHANGEABLE = frozenset({"content", "type", "metadata", "pinned", "embedding", "embedding_model"})
@@ -64,8 +64,8 @@ class MemoryStore(MemoryQueries):
         self._engine = engine
         self.sessions = async_sessionmaker(engine, expire_on_commit=False)
         """Also for writers that must share one transaction (the Manager's operations): they
-        write through :func:`app.memory.db.writing`, bump the version with :func:`bump_version`
-        and record events, as this class's do."""
+        write through :func:`app.memory.store.db.writing`, bump the version with
+        :func:`bump_version` and record events, as this class's do."""
         self._marks = RecallMarks(self.sessions)
 
     # --- writes (each bumps the user's version) ---------------------------------------------
@@ -196,7 +196,8 @@ class MemoryStore(MemoryQueries):
 
     async def mark_recalled(self, user_id: str, keys: Sequence[int]) -> None:
         """recall_count += 1 and last_recalled_at = now for these memories; returns once they
-        are committed (coalesced with concurrent calls: :class:`~app.memory.marks.RecallMarks`)."""
+        are committed (coalesced with concurrent calls:
+        :class:`~app.memory.store.marks.RecallMarks`)."""
         await self._marks.mark(user_id, keys)
 
     async def set_embeddings(self, user_id: str, vectors: Sequence[tuple[int, bytes, str]]) -> None:

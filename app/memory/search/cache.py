@@ -26,12 +26,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from app.memory.embedder import TextEmbedder
-from app.memory.index import VectorIndex
-from app.memory.lexical import Analyzer, LexicalIndex
-from app.memory.parts import decode, embed_memories, encode, vector_model
-from app.memory.records import Deleted, IndexRow, Written
-from app.memory.store import MemoryStore
+from app.memory.search.dense import VectorIndex
+from app.memory.search.embedder import TextEmbedder
+from app.memory.search.lexical import Analyzer, LexicalIndex
+from app.memory.search.parts import decode, embed_memories, encode, vector_model
+from app.memory.store.memories import MemoryStore
+from app.memory.store.records import Deleted, IndexRow, Written
 
 logger = logging.getLogger("memproxy.memory")
 

@@ -1,9 +1,9 @@
 """The dense side of recall: one FAISS index of one user's memory vectors, ids only.
 
 The index holds int64 ids and vectors, nothing else: it is a cache, rebuilt from the store
-whenever it is missing or stale. A memory has one vector per part (:mod:`app.memory.parts`), with
-ids derived from its key, and scores as its best part: a cosine similarity in [-1, 1] (vectors
-are L2-normalised).
+whenever it is missing or stale. A memory has one vector per part
+(:mod:`app.memory.search.parts`), with ids derived from its key, and scores as its best part: a
+cosine similarity in [-1, 1] (vectors are L2-normalised).
 
 The search is exhaustive (it never misses a memory) over vectors stored in half precision
 (``IndexScalarQuantizer``, fp16): measured at 100k vectors on one core, 7.0 ms per query against
@@ -19,7 +19,7 @@ import faiss
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from app.memory.parts import key_of, part_ids
+from app.memory.search.parts import key_of, part_ids
 
 
 def configure_threads(threads: int) -> None:

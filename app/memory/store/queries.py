@@ -1,5 +1,5 @@
 """The store's bulk reads: pages, exports, index snapshots, statistics. Every query is scoped to
-one user, as the store promises (:mod:`app.memory.store`)."""
+one user, as the store promises (:mod:`app.memory.store.memories`)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from sqlalchemy import Row, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
-from app.memory.models import Memory, MemoryType, UserState
-from app.memory.records import (
+from app.memory.store.records import (
     IndexRow,
     MemoryRecord,
     Snapshot,
     aware,
     record_of,
 )
+from app.memory.store.tables import Memory, MemoryType, UserState
 
 IndexColumns: TypeAlias = "Row[int, str, str, datetime, bytes | None, str | None]"
 """A row of :func:`_index_query`, typed column by column, so mypy checks both the query that

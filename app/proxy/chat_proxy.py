@@ -18,20 +18,14 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.background import BackgroundRunner
 from app.config import ApiKey, Settings
 from app.proxy.body import dump_json_object, read_body, read_chat
-from app.proxy.hooks import (
-    BackgroundRunner,
-    Completion,
-    MemoryHooks,
-    Outcome,
-    Preparation,
-    RequestContext,
-)
+from app.proxy.hooks import Completion, MemoryHooks, Outcome, Preparation, RequestContext
 from app.proxy.identity import resolve_user, token_secret
+from app.proxy.kinds import parse_memory_mode
 from app.proxy.offload import CollectorPause, off_loop, pause_collector
 from app.proxy.relay import ProxyResponse
-from app.proxy.requests import parse_memory_mode
 from app.proxy.upstream import Upstream
 
 logger = logging.getLogger("memproxy.proxy")

@@ -4,14 +4,14 @@ What it is shown (:func:`build_prompt`):
 
 - the current date and time;
 - the user's existing memories most related to the exchange, each numbered 1, 2, 3... (the real
-  ids never reach the model: models invent UUIDs; :mod:`app.memory.operations` maps back);
+  ids never reach the model: models invent UUIDs; :mod:`app.memory.learning.applier` maps back);
 - the conversation from the PydanticAI history the proxy converted (:func:`transcript`): the
   earlier turns as context, the new exchange to extract from. Role-aware (the default), it sees
   both sides marked USER and ASSISTANT and is told that only what the user says about
   themselves is a memory; never the system prompt, documents, or tool output, which are left
   out of the transcript entirely. Not role-aware, it sees the user's messages only.
 
-What it answers: :class:`Decisions`, a list of :class:`~app.memory.operations.Operation`, as a
+What it answers: :class:`Decisions`, a list of :class:`~app.memory.learning.applier.Operation`, as a
 tool call (OpenAI-compatible servers) or as JSON in its text (``ollama``: local models follow a
 schema in the prompt more reliably than they call tools). A malformed answer is sent back to the
 model up to ``MEMPROXY_MANAGER_MAX_RETRIES`` times, then dropped with a log line. A model that
@@ -28,7 +28,6 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
 
 import httpx2
 from pydantic import BaseModel, Field
@@ -49,9 +48,10 @@ from pydantic_ai.settings import ModelSettings
 from app.config import Settings
 from app.errors import causes
 from app.log import mask_url
-from app.memory.models import MemoryType
-from app.memory.operations import Operation
-from app.proxy.foreign import strip_foreign
+from app.memory.foreign import strip_foreign
+from app.memory.learning.decisions import Operation
+from app.memory.learning.turns import Turn
+from app.memory.store.tables import MemoryType
 from app.proxy.history import ConvertedHistory
 from app.proxy.tls import ssl_context, verification_failed, verification_hint
 
@@ -82,12 +82,6 @@ class Decisions(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class Turn:
-    role: Literal["user", "assistant"]
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
 class Shown:
     """An existing memory as the Manager sees it."""
 
@@ -100,7 +94,7 @@ class Shown:
 def transcript(history: ConvertedHistory, reply: str | None) -> list[Turn]:
     """User and assistant text of a conversation, oldest first; the assistant's `reply` to the last
     user message ends it. System prompts, tool calls and tool results are left out, and so is
-    another memory system's block in a user message (:mod:`app.proxy.foreign`)."""
+    another memory system's block in a user message (:mod:`app.memory.foreign`)."""
     turns: list[Turn] = []
     for message in history.history:
         if isinstance(message, ModelRequest):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from app.memory.embedder import TextEmbedder
+    from app.memory.search.embedder import TextEmbedder
 
 PART_BITS = 5
 MAX_PARTS = 1 << PART_BITS

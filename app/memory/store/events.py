@@ -9,8 +9,8 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.memory.models import EventAction, MemoryEvent, MemorySource
-from app.memory.records import aware, now
+from app.memory.store.records import aware, now
+from app.memory.store.tables import EventAction, MemoryEvent, MemorySource
 
 
 @dataclass(frozen=True, slots=True)

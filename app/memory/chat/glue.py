@@ -1,9 +1,9 @@
 """Memory's side of the proxy hooks: recall and inject before forwarding; queue the exchange's
-new turns for the Manager while the answer streams (:mod:`app.memory.extraction`).
+new turns for the Manager while the answer streams (:mod:`app.memory.learning.extraction`).
 
 Promises (see :mod:`app.proxy.hooks` for when each hook runs):
 
-- the user's memories most relevant to the last user message (:mod:`app.memory.context`) go into
+- the user's memories most relevant to the last user message (:mod:`app.memory.chat.query`) go into
   the system message, at most ``MEMPROXY_RECALL_LIMIT`` within ``MEMPROXY_MEMORY_TOKEN_BUDGET``,
   none below ``MEMPROXY_RELEVANCE_THRESHOLD``; a memory block the client sent back is replaced;
 - the response says what recall did: ``X-Memories-Injected: N`` and ``Server-Timing:
@@ -18,8 +18,8 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
   database stays locked beyond ``MEMPROXY_SQLITE_BUSY_TIMEOUT_SECONDS``: then the answer goes
   on and the job is written when it can); when the response completes the reply is added and
   the worker woken, and when it fails, or never starts, the job is withdrawn. A write that
-  finds the database locked is retried (:func:`app.memory.db.writing`); one that still fails is
-  logged, and the turns, not fingerprinted, go with the conversation's next exchange.
+  finds the database locked is retried (:func:`app.memory.store.db.writing`); one that still
+  fails is logged, and the turns, not fingerprinted, go with the conversation's next exchange.
 """
 
 from __future__ import annotations
@@ -28,17 +28,19 @@ import asyncio
 import logging
 import time
 
+from app.background import BackgroundRunner
 from app.config import Settings
-from app.memory.context import memory_block, recall_query
-from app.memory.extraction import exchange, fingerprints_of
-from app.memory.jobs import JobQueue
-from app.memory.manager import Turn, transcript
-from app.memory.recall import Hit
+from app.memory.block import BLOCK_START, insert_memory_block, memory_block
+from app.memory.chat.query import recall_query
+from app.memory.learning.extraction import exchange
+from app.memory.learning.jobs import JobQueue
+from app.memory.learning.manager import transcript
+from app.memory.learning.turns import Turn, fingerprints_of
+from app.memory.learning.worker import Worker
+from app.memory.search.ranking import Hit
 from app.memory.service import MemoryService
-from app.memory.worker import Worker
 from app.metrics import Metrics
-from app.proxy.hooks import BackgroundRunner, Completion, Outcome, Preparation, RequestContext
-from app.proxy.injection import BLOCK_START, insert_memory_block
+from app.proxy.hooks import Completion, Outcome, Preparation, RequestContext
 from app.proxy.offload import off_loop
 
 logger = logging.getLogger("memproxy.memory")

@@ -5,10 +5,11 @@ Score convention (what ``MEMPROXY_RELEVANCE_THRESHOLD`` and the API's ``min_scor
 (0.5):
 
 - ``dense`` is the cosine similarity of the query with the memory's best-matching part, the
-  whole text or one of its sentences (:mod:`app.memory.parts`, :mod:`app.memory.index`);
+  whole text or one of its sentences (:mod:`app.memory.search.parts`,
+  :mod:`app.memory.search.dense`);
 - ``lexical`` is ``(bm25(query) + λ * bm25(feedback)) / (1 + λ)``, each BM25 normalised by its
-  ceiling (:mod:`app.memory.lexical`), ``λ`` = :data:`FEEDBACK_WEIGHT`. The feedback terms are
-  those shared by at least two of the first search's best :data:`FEEDBACK_DOCS` memories
+  ceiling (:mod:`app.memory.search.lexical`), ``λ`` = :data:`FEEDBACK_WEIGHT`. The feedback terms
+  are those shared by at least two of the first search's best :data:`FEEDBACK_DOCS` memories
   (pseudo-relevance feedback, RM3-style): they find memories that say the same thing in the
   words the user's memories use rather than the words of the question.
 
@@ -32,9 +33,9 @@ from datetime import datetime
 
 import numpy as np
 
-from app.memory.cache import IndexCache, UserIndex
-from app.memory.embedder import TextEmbedder
-from app.memory.lexical import Scores
+from app.memory.search.cache import IndexCache, UserIndex
+from app.memory.search.embedder import TextEmbedder
+from app.memory.search.lexical import Scores
 
 OFFLOAD_ABOVE = 200_000
 """Dense searches over more vectors than this (~14 ms and up) run in a thread, not on the event

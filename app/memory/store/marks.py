@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.memory.db import writing
-from app.memory.models import Memory
-from app.memory.records import now
+from app.memory.store.db import writing
+from app.memory.store.records import now
+from app.memory.store.tables import Memory
 
 
 class RecallMarks:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from app.memory.models import Memory, MemorySource, MemoryType
+from app.memory.store.tables import Memory, MemorySource, MemoryType
 
 
 @dataclass(frozen=True, slots=True)

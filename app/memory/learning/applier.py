@@ -12,7 +12,7 @@ job's id):
   the best-matching part above ``MEMPROXY_DEDUP_THRESHOLD``), or of an earlier creation of the same
   job, creates nothing.
 
-Every operation gets an :class:`Outcome`; none raises.
+Every operation gets an :class:`Applied`; none raises.
 """
 
 from __future__ import annotations
@@ -21,46 +21,28 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 import numpy as np
-from pydantic import BaseModel, Field
 from sqlalchemy import select
 
-from app.memory import events
-from app.memory.db import writing
-from app.memory.models import EventAction, Memory, MemorySource, MemoryType
-from app.memory.parts import embed_memories, encode, vector_model
-from app.memory.records import now
+from app.memory.learning.decisions import Op, Operation
+from app.memory.search.parts import embed_memories, encode, vector_model
 from app.memory.service import MemoryService
-from app.memory.store import bump_version
+from app.memory.store import events
+from app.memory.store.db import writing
+from app.memory.store.memories import bump_version
+from app.memory.store.records import now
+from app.memory.store.tables import EventAction, Memory, MemorySource, MemoryType
 
 if TYPE_CHECKING:
-    from app.memory.jobs import JobQueue
+    from app.memory.learning.jobs import JobQueue
 
 logger = logging.getLogger("memproxy.manager")
 
 
-class Op(StrEnum):
-    NEW = "NEW"
-    UPDATE = "UPDATE"
-    DELETE = "DELETE"
-
-
-class Operation(BaseModel):
-    """One decision of the Manager about the user's memories."""
-
-    op: Op
-    id: int | None = None
-    """For UPDATE and DELETE: the number the memory was shown with."""
-    content: str | None = Field(default=None, max_length=4000)
-    """For NEW and UPDATE: the memory, one self-contained statement about the user."""
-    type: MemoryType | None = None
-
-
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class Applied:
     operation: Operation
     result: str
     """`created`, `updated`, `deleted`, `duplicate` (nothing created) or `failed`."""
@@ -90,17 +72,17 @@ class Applier:
         *,
         job_id: str,
         queue: JobQueue | None = None,
-    ) -> list[Outcome]:
+    ) -> list[Applied]:
         """Apply a job's operations (`aliases`: the numbers shown -> memory ids). With `queue`,
         the job is deleted from it in the same transaction, and nothing is applied when it is
         already gone (applied by another process): exactly once."""
-        outcomes: list[Outcome] = []
+        outcomes: list[Applied] = []
         planned: list[_Planned] = []
         for operation in operations:
             failure = _plan(operation, aliases, planned)
             if failure is not None:
                 logger.warning("job %s: %s operation failed: %s", job_id, operation.op, failure)
-                outcomes.append(Outcome(operation, "failed", reason=failure))
+                outcomes.append(Applied(operation, "failed", reason=failure))
         writes = [p for p in planned if p.operation.op is not Op.DELETE]
         contents = [p.operation.content or "" for p in writes]
         for plan, vectors in zip(
@@ -113,7 +95,7 @@ class Applier:
             outcomes += await self._commit(user_id, planned, job_id, queue)
         return outcomes
 
-    async def _skip_duplicates(self, user_id: str, planned: list[_Planned]) -> list[Outcome]:
+    async def _skip_duplicates(self, user_id: str, planned: list[_Planned]) -> list[Applied]:
         """Drop (mark with vectors None) creations that repeat a memory or an earlier creation."""
         entry = await self._service.cache.get(user_id)
         outcomes = []
@@ -127,10 +109,10 @@ class Applier:
                 found = await self._service.store.get_many(user_id, [int(keys[0])])
                 duplicate = found[int(keys[0])].id if int(keys[0]) in found else None
                 reason = f"cosine {scores[0]:.3f} with an existing memory"
-                outcomes.append(Outcome(plan.operation, "duplicate", duplicate, reason))
+                outcomes.append(Applied(plan.operation, "duplicate", duplicate, reason))
                 plan.vectors = None
             elif any(float(whole @ other) > self._threshold for other in earlier):
-                outcomes.append(Outcome(plan.operation, "duplicate", None,
+                outcomes.append(Applied(plan.operation, "duplicate", None,
                                         "repeats an earlier operation of this job"))  # fmt: skip
                 plan.vectors = None
             else:
@@ -139,11 +121,11 @@ class Applier:
 
     async def _commit(
         self, user_id: str, planned: list[_Planned], job_id: str, queue: JobQueue | None
-    ) -> list[Outcome]:
+    ) -> list[Applied]:
         store = self._service.store
         model = vector_model(self._service.embedder)
         manager = MemorySource.MANAGER
-        outcomes: list[Outcome] = []
+        outcomes: list[Applied] = []
         async with writing(store.sessions) as session:
             if queue is not None and not await queue.consume(session, job_id):
                 logger.info("job %s was applied already; skipped", job_id)
@@ -164,16 +146,16 @@ class Applier:
                 row = rows.get(plan.memory_id) if plan.memory_id else None
                 if operation.op is Op.DELETE:
                     if row is None:
-                        outcomes.append(Outcome(operation, "failed", plan.memory_id,
+                        outcomes.append(Applied(operation, "failed", plan.memory_id,
                                                 "no such memory (deleted since?)"))  # fmt: skip
                     elif row.pinned:
-                        outcomes.append(Outcome(operation, "failed", row.id, "pinned"))
+                        outcomes.append(Applied(operation, "failed", row.id, "pinned"))
                     else:
                         await session.delete(row)
                         rows.pop(row.id)
                         events.record(session, user_id, row.id, EventAction.DELETED, manager,
                                       before=row.content, job_id=job_id)  # fmt: skip
-                        outcomes.append(Outcome(operation, "deleted", row.id))
+                        outcomes.append(Applied(operation, "deleted", row.id))
                     continue
                 assert plan.vectors is not None and operation.content is not None
                 if row is not None:  # UPDATE of a known memory
@@ -185,7 +167,7 @@ class Applier:
                     written.append(row)
                     events.record(session, user_id, row.id, EventAction.UPDATED, manager,
                                   before=before, after=row.content, job_id=job_id)  # fmt: skip
-                    outcomes.append(Outcome(operation, "updated", row.id))
+                    outcomes.append(Applied(operation, "updated", row.id))
                     continue
                 detail = plan.detail or (
                     "UPDATE of a memory deleted since; created" if plan.memory_id else None
@@ -200,7 +182,7 @@ class Applier:
                 written.append(created)
                 events.record(session, user_id, created.id, EventAction.CREATED, manager,
                               after=created.content, job_id=job_id, detail=detail)  # fmt: skip
-                outcomes.append(Outcome(operation, "created", created.id, detail))
+                outcomes.append(Applied(operation, "created", created.id, detail))
             if written or any(o.result == "deleted" for o in outcomes):
                 version = await bump_version(session, user_id)  # only when something changed
                 for row in written:

@@ -1,0 +1,82 @@
+"""Between a chat and recall: which text of the conversation to search the memories with.
+
+The query is the last user message. A message too short to mean anything on its own ("yes",
+"why?", "do it") is searched together with the turn before it (the assistant's last words and
+the user's message before them, up to :data:`CONTEXT_CHARS`). How the memories found are shown
+to the model is :mod:`app.memory.block`'s.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from itertools import islice
+from typing import Any
+
+from app.memory.block import strip_block
+from app.memory.foreign import strip_foreign
+from app.proxy.offload import text_pieces
+
+MIN_QUERY_WORDS = 4
+"""A last message with fewer words than this is searched with the turn before it."""
+CONTEXT_CHARS = 400
+"""How much of the turn before is added to a short message (its end, nearest the message)."""
+MAX_QUERY_CHARS = 2000
+"""Longer messages (pasted documents) are searched by their start and end."""
+
+_WORDS = re.compile(r"\w+")
+
+
+def message_text(message: Any) -> str:
+    """The text of a chat message: its string content or its text parts; memory blocks (ours and
+    Open WebUI's, :mod:`app.memory.foreign`) removed."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = "\n".join(
+            p["text"]
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        )
+    else:
+        return ""
+    return strip_foreign(strip_block(text)).strip()
+
+
+def recall_query(messages: Sequence[Any]) -> str | None:
+    """The text to search memories with, or None when the chat has no user text to go on."""
+    last = None
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, dict) and message.get("role") == "user":
+            last = index
+            break
+    if last is None:
+        return None
+    text = message_text(messages[last])
+    if count_words(text, MIN_QUERY_WORDS) < MIN_QUERY_WORDS:
+        before = [
+            message_text(m)
+            for m in messages[:last]
+            if isinstance(m, dict) and m.get("role") in ("user", "assistant")
+        ][-2:]
+        context = " ".join(t for t in before if t)[-CONTEXT_CHARS:]
+        text = f"{context} {text}".strip()
+    if len(text) > MAX_QUERY_CHARS:
+        half = MAX_QUERY_CHARS // 2
+        text = f"{text[:half]} {text[-half:]}"
+    return text or None
+
+
+def count_words(text: str, enough: int) -> int:
+    """The words in `text`, counted up to `enough`: a pasted document is not scanned to its end
+    (listing every word of 50 MB took 4 s, the GIL held throughout)."""
+    count = 0
+    for piece in text_pieces(text):
+        count += sum(1 for _ in islice(_WORDS.finditer(piece), enough - count))
+        if count >= enough:
+            break
+    return count
