@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from app.devtools.fake_manager import decisions
+from app.schemas.openai import content_text
 
 MODEL_ID = "fake-model"
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -171,8 +172,8 @@ def _reply(request: dict[str, Any], echo_system: bool) -> tuple[str, dict[str, A
     messages = request.get("messages") or [{}]
     last = messages[-1]
     if last.get("role") == "tool":
-        return f"tool said: {_text(last.get('content'))}", None
-    text = _text(last.get("content"))
+        return f"tool said: {content_text(last.get('content'))}", None
+    text = content_text(last.get("content"))
     tools = request.get("tools") or []
     answer = decisions(messages)
     if answer is not None and not tools:
@@ -191,18 +192,12 @@ def _reply(request: dict[str, Any], echo_system: bool) -> tuple[str, dict[str, A
         sum(1 for p in content if p.get("type") == "image_url") if isinstance(content, list) else 0
     )
     suffix = f" [{images} image{'s' if images != 1 else ''}]" if images else ""
-    system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
+    system = "\n".join(
+        content_text(m.get("content")) for m in messages if m.get("role") == "system"
+    )
     if echo_system and system:
         suffix += f"\nsystem: {system}"
     return f"echo: {text}{suffix}", None
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if p.get("type") == "text")
-    return ""
 
 
 def _stream_events(

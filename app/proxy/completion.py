@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from app.schemas.openai import content_text
+
 
 @dataclass(slots=True)
 class Reply:
@@ -47,7 +49,7 @@ def _read_body(raw: bytes, completion: Reply) -> None:
         return
     message = choice.get("message") or {}
     content = message.get("content")
-    completion.assistant_text = content if isinstance(content, str) else _parts_text(content)
+    completion.assistant_text = content_text(content, sep="")
     calls = message.get("tool_calls")
     completion.tool_calls = (
         [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
@@ -109,11 +111,3 @@ def _first_choice(data: Any) -> dict[str, Any] | None:
         if isinstance(choice, dict) and choice.get("index", 0) == 0:
             return choice
     return None
-
-
-def _parts_text(content: Any) -> str:
-    if not isinstance(content, list):
-        return ""
-    return "".join(
-        p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
-    )

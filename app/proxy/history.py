@@ -74,7 +74,7 @@ def convert(messages: Sequence[oa.Message]) -> ConvertedHistory:
     prompt: str | list[UserContent] | None = None
     for index, message in enumerate(messages):
         if isinstance(message, oa.SystemMessage | oa.DeveloperMessage):
-            text = _text(message.content)
+            text = oa.content_text(message.content)
             pending_instructions.append(text)
             all_instructions.append(text)
         elif isinstance(message, oa.UserMessage):
@@ -89,7 +89,9 @@ def convert(messages: Sequence[oa.Message]) -> ConvertedHistory:
         elif isinstance(message, oa.ToolMessage):
             name = tool_names.get(message.tool_call_id, "unknown_tool")
             pending.append(
-                ToolReturnPart(name, _text(message.content), tool_call_id=message.tool_call_id)
+                ToolReturnPart(
+                    name, oa.content_text(message.content), tool_call_id=message.tool_call_id
+                )
             )
         elif isinstance(message, oa.FunctionMessage):
             pending.append(ToolReturnPart(message.name, message.content or ""))
@@ -103,14 +105,6 @@ def _last_user_index(messages: Sequence[oa.Message]) -> int | None:
     if messages and isinstance(messages[-1], oa.UserMessage):
         return len(messages) - 1
     return None
-
-
-def _text(content: str | list[oa.ContentPart] | None) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "\n".join(p.text for p in content if isinstance(p, oa.TextPart))
 
 
 def _user_content(content: str | list[oa.ContentPart]) -> str | list[UserContent]:
@@ -185,7 +179,7 @@ def _response_parts(
     message: oa.AssistantMessage, tool_names: dict[str, str]
 ) -> list[ModelResponsePart]:
     parts: list[ModelResponsePart] = []
-    text = _text(message.content) or message.refusal or ""
+    text = oa.content_text(message.content) or message.refusal or ""
     if text:
         parts.append(TextPart(text))
     for call in message.tool_calls or ():

@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from app.errors import InvalidRequest
+from app.schemas.openai import content_text
 
 
 class RequestKind(StrEnum):
@@ -107,21 +108,6 @@ _TOOLS_PROMPT = re.compile(r"\A\s*Available Tools:", re.IGNORECASE)
 _NOT_A_TASK = frozenset({"", "none", "null", "chat", "{{task}}"})
 
 
-def message_text(content: Any) -> str:
-    """The text of an OpenAI `content` (a string or a list of parts); other parts are skipped."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            part["text"]
-            for part in content
-            if isinstance(part, dict)
-            and part.get("type") == "text"
-            and isinstance(part.get("text"), str)
-        )
-    return ""
-
-
 def _template_task(text: str) -> str | None:
     for name, pattern in _TASK_TEMPLATES:
         if pattern.match(text):
@@ -144,17 +130,17 @@ def classify(messages: list[dict[str, Any]], task_header: str | None) -> Classif
         return Classification(RequestKind.TOOL_CONTINUATION)
     for message in messages:
         if message.get("role") in ("system", "developer"):
-            text = message_text(message.get("content"))
+            text = content_text(message.get("content"))
             for name, pattern in _SYSTEM_TASKS:
                 if pattern.match(text):
                     return Classification(RequestKind.TASK, name)
     conversation = [m for m in messages if m.get("role") not in ("system", "developer")]
     if len(conversation) == 1 and conversation[0].get("role") == "user":
-        task = _template_task(message_text(conversation[0].get("content")))
+        task = _template_task(content_text(conversation[0].get("content")))
         if task is not None:
             return Classification(RequestKind.TASK, task)
         # Open WebUI's native tool-selection call: a "Available Tools: ..." system prompt.
         system = [m for m in messages if m.get("role") == "system"]
-        if system and _TOOLS_PROMPT.match(message_text(system[0].get("content"))):
+        if system and _TOOLS_PROMPT.match(content_text(system[0].get("content"))):
             return Classification(RequestKind.TASK, "function_calling")
     return Classification(RequestKind.CHAT)

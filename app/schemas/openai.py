@@ -25,6 +25,27 @@ class TextPart(OpenAIBaseModel):
     text: str
 
 
+def content_text(content: Any, sep: str = "\n") -> str:
+    """The text of a message's `content`, its text parts joined by `sep`: a string as it is; of a
+    list, the ``text`` parts (as the client sent them, or validated :class:`TextPart`) and plain
+    strings (PydanticAI's user content); '' for anything else. Other parts are skipped."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list | tuple):
+        return ""
+    texts = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, TextPart):
+            texts.append(part.text)
+        elif isinstance(part, dict) and part.get("type") == "text":
+            text = part.get("text")
+            if isinstance(text, str):
+                texts.append(text)
+    return sep.join(texts)
+
+
 class ImageURL(OpenAIBaseModel):
     url: str
     detail: str | None = None

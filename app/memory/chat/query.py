@@ -16,6 +16,7 @@ from typing import Any
 from app.memory.block import strip_block
 from app.memory.foreign import strip_foreign
 from app.proxy.offload import text_pieces
+from app.schemas.openai import content_text
 
 MIN_QUERY_WORDS = 4
 """A last message with fewer words than this is searched with the turn before it."""
@@ -32,18 +33,7 @@ def message_text(message: Any) -> str:
     Open WebUI's, :mod:`app.memory.foreign`) removed."""
     if not isinstance(message, dict):
         return ""
-    content = message.get("content")
-    if isinstance(content, str):
-        text = content
-    elif isinstance(content, list):
-        text = "\n".join(
-            p["text"]
-            for p in content
-            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-        )
-    else:
-        return ""
-    return strip_foreign(strip_block(text)).strip()
+    return strip_foreign(strip_block(content_text(message.get("content")))).strip()
 
 
 def recall_query(messages: Sequence[Any]) -> str | None:

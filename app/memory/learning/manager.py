@@ -54,6 +54,7 @@ from app.memory.learning.turns import Turn
 from app.memory.store.tables import MemoryType
 from app.proxy.history import ConvertedHistory
 from app.proxy.tls import ssl_context, verification_failed, verification_hint
+from app.schemas.openai import content_text
 
 logger = logging.getLogger("memproxy.manager")
 
@@ -100,13 +101,13 @@ def transcript(history: ConvertedHistory, reply: str | None) -> list[Turn]:
         if isinstance(message, ModelRequest):
             for part in message.parts:
                 if isinstance(part, UserPromptPart):
-                    turns.append(Turn("user", strip_foreign(_text(part.content))))
+                    turns.append(Turn("user", strip_foreign(content_text(part.content))))
         elif isinstance(message, ModelResponse):
             text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
             if text.strip():
                 turns.append(Turn("assistant", text))
     if history.prompt is not None:
-        turns.append(Turn("user", strip_foreign(_text(history.prompt))))
+        turns.append(Turn("user", strip_foreign(content_text(history.prompt))))
     if reply and reply.strip():
         turns.append(Turn("assistant", reply))
     return [t for t in turns if t.text.strip()]
@@ -233,14 +234,6 @@ def _cause(exc: BaseException, timeout: float) -> str:
             return f"no answer within {timeout:g} s (MEMPROXY_MANAGER_TIMEOUT_SECONDS)"
     innermost = chain[-1]
     return f"{type(innermost).__name__}: {innermost}"
-
-
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "\n".join(item for item in content if isinstance(item, str))
-    return ""
 
 
 def _line(turn: Turn) -> str:
