@@ -33,7 +33,7 @@ from tests.helpers import completion_json, free_port, sse_response
 from tests.helpers import sse as sse_body
 from tests.servers import serve
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 USERS = ["ann", "bob", "cy"]
 SERVER = """
 import sys

@@ -17,7 +17,7 @@ from app.memory.chat.query import recall_query
 from app.memory.foreign import strip_foreign
 from tests.conftest import AppClientFactory
 from tests.helpers import completion_json
-from tests.test_extraction import manager_client, until
+from tests.memory.learning.test_extraction import manager_client, until
 
 # As Open WebUI builds it (backend/open_webui/utils/memory.py, add_memory_context): appended to
 # the first system message after a newline, one record a line under a section title.
