@@ -31,7 +31,7 @@ from app.memory.search.embedder import TextEmbedder
 from app.memory.search.lexical import Analyzer, LexicalIndex
 from app.memory.search.parts import decode, embed_memories, encode, vector_model
 from app.memory.store.memories import MemoryStore
-from app.memory.store.records import Deleted, IndexRow, Written
+from app.memory.store.records import IndexRow, Removed, Written
 
 logger = logging.getLogger("memproxy.memory")
 
@@ -176,7 +176,7 @@ class IndexCache:
             entry.put(rows, vectors)
             entry.version = written.version
 
-    def deleted(self, user_id: str, deleted: Deleted) -> None:
+    def deleted(self, user_id: str, deleted: Removed) -> None:
         entry = self._current_before(user_id, deleted.version)
         if entry is not None:
             entry.drop(deleted.keys)

@@ -28,9 +28,9 @@ from app.memory.store.marks import RecallMarks
 from app.memory.store.queries import MemoryQueries, own
 from app.memory.store.records import (
     RECORD_COLUMNS,
-    Deleted,
     MemoryRecord,
     NewMemory,
+    Removed,
     Written,
     now,
     record_of,
@@ -159,11 +159,11 @@ class MemoryStore(MemoryQueries):
 
     async def delete(
         self, user_id: str, memory_ids: Sequence[str], *, actor: MemorySource = MemorySource.API
-    ) -> Deleted:
+    ) -> Removed:
         """Delete the user's memories with these ids (unknown ids are ignored)."""
         return await self._delete(user_id, Memory.id.in_(list(memory_ids)), actor)
 
-    async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> Deleted:
+    async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> Removed:
         """Erase everything kept about the user's memories: the memories, their history, the
         fingerprints of processed turns and the Manager jobs not yet applied."""
         deleted = await self._delete(user_id, None, actor)
@@ -172,20 +172,20 @@ class MemoryStore(MemoryQueries):
                 await session.execute(delete(table).where(table.user_id == user_id))
         return deleted
 
-    async def _delete(self, user_id: str, condition: Any, actor: MemorySource) -> Deleted:
+    async def _delete(self, user_id: str, condition: Any, actor: MemorySource) -> Removed:
         async with writing(self.sessions) as session:
             query = select(Memory.key, Memory.id, Memory.content).where(Memory.user_id == user_id)
             if condition is not None:
                 query = query.where(condition)
             found = list(await session.execute(query))
             if not found:
-                return Deleted([], await self._version_in(session, user_id))
+                return Removed([], await self._version_in(session, user_id))
             keys = [key for key, _, _ in found]
             await session.execute(delete(Memory).where(Memory.key.in_(keys)))
             for _, memory_id, content in found:
                 events.record(session, user_id, memory_id, EventAction.DELETED, actor,
                               before=content)  # fmt: skip
-            return Deleted(keys, await bump_version(session, user_id))
+            return Removed(keys, await bump_version(session, user_id))
 
     async def history(self, user_id: str, memory_id: str) -> list[events.Event]:
         """Every write to one of the user's memories, oldest first, also after its deletion."""

@@ -53,7 +53,10 @@ class Written:
 
 
 @dataclass(frozen=True, slots=True)
-class Deleted:
+class Removed:
+    """What a delete removed (its memories' keys), as :class:`Written` says what a write wrote;
+    the API's own answer is :class:`app.schemas.memories.Deleted`."""
+
     keys: list[int]
     version: int
     """The version the delete committed (the current one when nothing was deleted)."""
