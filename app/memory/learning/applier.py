@@ -24,16 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from sqlalchemy import select
 
 from app.memory.learning.decisions import Op, Operation
 from app.memory.search.parts import embed_memories, encode, vector_model
 from app.memory.service import MemoryService
-from app.memory.store import events
-from app.memory.store.db import writing
-from app.memory.store.memories import bump_version
 from app.memory.store.records import now
-from app.memory.store.tables import EventAction, Memory, MemorySource, MemoryType
+from app.memory.store.tables import Memory, MemorySource, MemoryType
 
 if TYPE_CHECKING:
     from app.memory.learning.jobs import JobQueue
@@ -122,24 +118,13 @@ class Applier:
     async def _commit(
         self, user_id: str, planned: list[_Planned], job_id: str, queue: JobQueue | None
     ) -> list[Applied]:
-        store = self._service.store
         model = vector_model(self._service.embedder)
-        manager = MemorySource.MANAGER
         outcomes: list[Applied] = []
-        async with writing(store.sessions) as session:
-            if queue is not None and not await queue.consume(session, job_id):
+        async with self._service.store.writing(user_id, MemorySource.MANAGER, job_id=job_id) as w:
+            if queue is not None and not await queue.consume(w, job_id):
                 logger.info("job %s was applied already; skipped", job_id)
                 return []
-            if not planned:
-                return []
-            written: list[Memory] = []  # stamped with the new version once, at the end
-            ids = [p.memory_id for p in planned if p.memory_id]
-            rows = {
-                r.id: r
-                for r in await session.scalars(
-                    select(Memory).where(Memory.user_id == user_id, Memory.id.in_(ids))
-                )
-            }
+            rows = await w.rows([p.memory_id for p in planned if p.memory_id])
             stamp = now()
             for plan in planned:
                 operation = plan.operation
@@ -151,10 +136,8 @@ class Applier:
                     elif row.pinned:
                         outcomes.append(Applied(operation, "failed", row.id, "pinned"))
                     else:
-                        await session.delete(row)
+                        await w.delete(row)
                         rows.pop(row.id)
-                        events.record(session, user_id, row.id, EventAction.DELETED, manager,
-                                      before=row.content, job_id=job_id)  # fmt: skip
                         outcomes.append(Applied(operation, "deleted", row.id))
                     continue
                 assert plan.vectors is not None and operation.content is not None
@@ -163,10 +146,7 @@ class Applier:
                     row.content = operation.content
                     row.type = (operation.type or MemoryType(row.type)).value
                     row.embedding, row.embedding_model = encode(plan.vectors), model
-                    row.updated_at = stamp
-                    written.append(row)
-                    events.record(session, user_id, row.id, EventAction.UPDATED, manager,
-                                  before=before, after=row.content, job_id=job_id)  # fmt: skip
+                    w.update(row, before=before)
                     outcomes.append(Applied(operation, "updated", row.id))
                     continue
                 detail = plan.detail or (
@@ -175,18 +155,12 @@ class Applier:
                 created = Memory(
                     id=_new_id(), user_id=user_id, content=operation.content,
                     type=(operation.type or MemoryType.FACT).value, meta={},
-                    source=manager.value, pinned=False, created_at=stamp, updated_at=stamp,
-                    recall_count=0, embedding=encode(plan.vectors), embedding_model=model,
+                    source=MemorySource.MANAGER.value, pinned=False, created_at=stamp,
+                    updated_at=stamp, recall_count=0, embedding=encode(plan.vectors),
+                    embedding_model=model,
                 )  # fmt: skip
-                session.add(created)
-                written.append(created)
-                events.record(session, user_id, created.id, EventAction.CREATED, manager,
-                              after=created.content, job_id=job_id, detail=detail)  # fmt: skip
+                w.create(created, detail=detail)
                 outcomes.append(Applied(operation, "created", created.id, detail))
-            if written or any(o.result == "deleted" for o in outcomes):
-                version = await bump_version(session, user_id)  # only when something changed
-                for row in written:
-                    row.seq = version
         return outcomes
 
 

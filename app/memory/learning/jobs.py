@@ -34,6 +34,7 @@ from app.memory.learning.turns import fingerprints_of
 from app.memory.store.db import insert_for, writing
 from app.memory.store.records import aware, now
 from app.memory.store.tables import JobStatus, ManagerJob, ManagerState, ProcessedTurn
+from app.memory.store.unit import Writer
 from app.proxy.offload import pieces
 
 
@@ -265,10 +266,10 @@ class JobQueue:
                     claimed.append(Job(job.id, job.user_id, job.explicit, attempts, dict(payload)))
             return claimed
 
-    async def consume(self, session: AsyncSession, job_id: str) -> bool:
-        """Delete the job inside the caller's transaction; False when it was already gone
-        (applied by another process, or dropped): the caller must then apply nothing."""
-        result = await session.execute(delete(ManagerJob).where(ManagerJob.id == job_id))
+    async def consume(self, w: Writer, job_id: str) -> bool:
+        """Delete the job inside the unit of work that applies it; False when it was already
+        gone (applied by another process, or dropped): the caller must then apply nothing."""
+        result = await w.execute(delete(ManagerJob).where(ManagerJob.id == job_id))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
     async def retry_later(self, job_id: str, error: str, delay_seconds: float) -> None:

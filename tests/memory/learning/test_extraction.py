@@ -30,7 +30,7 @@ from app.memory.learning.extraction import (
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.turns import Turn
 from app.memory.service import MemoryService
-from app.memory.store.tables import ManagerJob
+from app.memory.store.tables import ManagerJob, MemorySource
 from tests.conftest import AppClientFactory
 from tests.helpers import completion_json, sse
 
@@ -310,7 +310,8 @@ async def test_exchanges_within_the_interval_join_one_job(tmp_path: Path) -> Non
     await upgrade(engine)
     from app.memory.store.memories import MemoryStore
 
-    queue = JobQueue(MemoryStore(engine).sessions, limit=100)
+    store = MemoryStore(engine)
+    queue = JobQueue(store.sessions, limit=100)
     turns = [Turn("user", "I live in Oslo"), Turn("assistant", "ok")]
     first = exchange(turns, set(), threshold=1)
     assert first is not None
@@ -340,8 +341,8 @@ async def test_exchanges_within_the_interval_join_one_job(tmp_path: Path) -> Non
         "failed": 0,
     }
     await queue.retry_later(claimed.id, "done elsewhere", 0)  # the first job leaves "running"
-    async with queue._sessions.begin() as session:
-        assert await queue.consume(session, claimed.id)
+    async with store.writing("ann", MemorySource.MANAGER, job_id=claimed.id) as w:
+        assert await queue.consume(w, claimed.id)
     (due,) = await queue.claim(5, exclude_users=set())
     assert [text for _, text in due.payload["new"] if text != "ok"] == [
         "I have a cat",

@@ -1,0 +1,185 @@
+"""One unit of work on a user's memories: the one way memories are written.
+
+Every write (the memory API, an import, the Manager's decisions) goes through
+:meth:`app.memory.store.memories.MemoryStore.writing`::
+
+    async with store.writing(user_id, MemorySource.MANAGER, job_id=job_id) as w:
+        rows = await w.rows(ids)
+        w.create(Memory(...))
+        w.update(row, before=old_content)
+        await w.delete(row)
+
+Promises:
+
+- the unit is one transaction (:func:`app.memory.store.db.writing`): all of it or none;
+- each create, update and delete records its history event in that transaction
+  (:mod:`app.memory.store.events`), with the unit's actor and job;
+- when anything changed, the user's version is bumped once and every row created or updated is
+  stamped with it (``seq``): a cache built at version N is stale exactly when the version is no
+  longer N. A unit that changed nothing bumps nothing. After the block, :attr:`Writer.version`
+  is the version the unit committed (the current one when nothing changed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Executable, Result, delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.memory.store import events
+from app.memory.store.db import insert_for
+from app.memory.store.records import now
+from app.memory.store.tables import EventAction, Memory, MemorySource, UserState
+
+_INSERTED = (
+    *("id", "user_id", "content", "type", "meta", "source", "pinned", "created_at"),
+    *("updated_at", "recall_count", "last_recalled_at", "embedding", "embedding_model"),
+)
+"""What :meth:`Writer.insert_new` inserts of a new row (its ``seq`` is the unit's version)."""
+
+
+class Writer:
+    """The handle a unit of work gives its block (see the module docstring)."""
+
+    def __init__(
+        self, session: AsyncSession, user_id: str, actor: MemorySource, job_id: str | None
+    ) -> None:
+        self._session = session
+        self.user_id = user_id
+        self._actor = actor
+        self._job_id = job_id
+        self._written: list[Memory] = []
+        self._changed = False
+        self._bumped: int | None = None
+        self.version: int | None = None
+        """The version the unit committed; set when the block ends."""
+
+    async def rows(self, memory_ids: Sequence[str]) -> dict[str, Memory]:
+        """The user's memories with these ids, by id (other users' are never returned)."""
+        if not memory_ids:
+            return {}
+        query = select(Memory).where(Memory.user_id == self.user_id, Memory.id.in_(memory_ids))
+        return {row.id: row for row in await self._session.scalars(query)}
+
+    def create(self, row: Memory, *, detail: str | None = None) -> None:
+        """Add a new memory of this user."""
+        self._session.add(row)
+        self._wrote(row)
+        self._event(row.id, EventAction.CREATED, after=row.content, detail=detail)
+
+    def update(self, row: Memory, *, before: str) -> None:
+        """`row` (one of :meth:`rows`) was changed in place; `before` is its former content."""
+        row.updated_at = now()
+        self._wrote(row)
+        self._event(row.id, EventAction.UPDATED, before=before, after=row.content)
+
+    async def delete(self, row: Memory) -> None:
+        await self._session.delete(row)
+        self._changed = True
+        self._event(row.id, EventAction.DELETED, before=row.content)
+
+    async def delete_matching(self, condition: Any) -> list[int]:
+        """Delete the user's memories matching `condition` (all of them when None); their keys."""
+        query = select(Memory.key, Memory.id, Memory.content).where(Memory.user_id == self.user_id)
+        if condition is not None:
+            query = query.where(condition)
+        found = list(await self._session.execute(query))
+        if found:
+            keys = [key for key, _, _ in found]
+            await self._session.execute(delete(Memory).where(Memory.key.in_(keys)))
+            self._changed = True
+            for _, memory_id, content in found:
+                self._event(memory_id, EventAction.DELETED, before=content)
+        return [key for key, _, _ in found]
+
+    async def insert_new(self, rows: Sequence[Memory]) -> set[str]:
+        """Insert the rows, skipping those whose id exists by now (a concurrent write's); the
+        ids inserted, each with its event. The version is bumped first (its lock orders the
+        inserts of concurrent writers) and given back when nothing was inserted."""
+        version = await self._bump()
+        statement = (
+            insert_for(self._session)(Memory)
+            .on_conflict_do_nothing(index_elements=[Memory.id])
+            .returning(Memory.id, Memory.key)
+        )
+        values = [{c: getattr(row, c) for c in _INSERTED} | {"seq": version} for row in rows]
+        by_id = {row.id: row for row in rows}
+        inserted = set()
+        for memory_id, key in await self._session.execute(statement, values):
+            row = by_id[memory_id]
+            row.key, row.seq = key, version
+            inserted.add(memory_id)
+            # Its own source is its actor: an import keeps each memory's (api, manager...).
+            self._event(memory_id, EventAction.CREATED, MemorySource(row.source), after=row.content)
+        if inserted:
+            self._changed = True
+        else:  # nothing written after all: the version must not move
+            await self._unbump()
+        return inserted
+
+    async def execute(self, statement: Executable) -> Result[Any]:
+        """Another statement in the unit's transaction (the Manager's queue deletes the job it
+        applies here, so that the job and its effects commit together)."""
+        return await self._session.execute(statement)
+
+    async def finish(self) -> None:
+        """Bump and stamp (when anything changed): called as the block ends, before commit."""
+        if self._changed and self._bumped is None:
+            await self._bump()
+        if self._bumped is not None:
+            for row in self._written:
+                row.seq = self._bumped
+            self.version = self._bumped
+        else:
+            self.version = await current_version(self._session, self.user_id)
+        await self._session.flush()
+
+    def _wrote(self, row: Memory) -> None:
+        self._written.append(row)
+        self._changed = True
+
+    def _event(
+        self,
+        memory_id: str,
+        action: EventAction,
+        actor: MemorySource | None = None,
+        **fields: str | None,
+    ) -> None:
+        events.record(
+            self._session, self.user_id, memory_id, action, actor or self._actor,
+            job_id=self._job_id, **fields,
+        )  # fmt: skip
+
+    async def _bump(self) -> int:
+        """version += 1 for the user, creating the row on the first write (one atomic upsert:
+        two processes writing a new user's first memories cannot both insert it; the write lock
+        it takes orders the user's writes across processes)."""
+        if self._bumped is None:
+            statement = (
+                insert_for(self._session)(UserState)
+                .values(user_id=self.user_id, version=1)
+                .on_conflict_do_update(
+                    index_elements=[UserState.user_id], set_={"version": UserState.version + 1}
+                )
+                .returning(UserState.version)
+            )
+            self._bumped = int((await self._session.execute(statement)).scalar_one())
+        return self._bumped
+
+    async def _unbump(self) -> None:
+        """Undo this unit's own bump (exactly: the lock it took is held until the transaction
+        ends, so no other write bumped since)."""
+        statement = (
+            update(UserState)
+            .where(UserState.user_id == self.user_id)
+            .values(version=UserState.version - 1)
+        )
+        await self._session.execute(statement)
+        self._bumped = None
+
+
+async def current_version(session: AsyncSession, user_id: str) -> int:
+    version = await session.scalar(select(UserState.version).where(UserState.user_id == user_id))
+    return int(version or 0)
