@@ -20,6 +20,7 @@ from app.background import BackgroundRunner
 from app.config import ApiKey, Settings
 from app.errors import InvalidRequest, PermissionDenied
 from app.memory.learning.jobs import JobQueue
+from app.memory.learning.worker import Worker
 from app.memory.service import MemoryService
 from app.memory.store.memories import MemoryStore
 from app.metrics import Metrics
@@ -49,8 +50,10 @@ class Services:
     memory: MemoryService
     metrics: Metrics
     admins: Authenticator
-    jobs: JobQueue
     """`MEMPROXY_ADMIN_KEYS`: accepted by the memory API, where they may name any user."""
+    jobs: JobQueue
+    worker: Worker | None = None
+    """Runs the Manager's jobs; None when the Manager is off."""
 
 
 @dataclass(frozen=True, slots=True)

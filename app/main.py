@@ -121,6 +121,7 @@ def create_app(
             metrics=metrics,
             admins=Authenticator([ApiKey(k, None) for k in settings.admin_keys]),
             jobs=queue,
+            worker=worker,
         )
         startup.report(
             settings, embedding_model=text_embedder.model_name, keys=len(settings.api_keys)

@@ -198,9 +198,9 @@ async def test_pool_accounting_survives_concurrency_and_cancellation() -> None:
         assert len(done) + sum(isinstance(r, asyncio.CancelledError) for r in results) == 60
         assert len(done) >= 60 - len(tasks[::7])
         await asyncio.sleep(0.05)
-        idle = sum(len(conns) for conns in transport._idle.values())
-        assert transport._open == idle and 1 <= idle <= 8
-        assert not transport._waiters
+        pool = transport.pool
+        assert pool.open == pool.idle and 1 <= pool.idle <= 8
+        assert pool.waiting == 0
 
 
 async def test_buffered_chunks_are_handed_over_in_one_piece() -> None:

@@ -27,6 +27,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -74,6 +75,13 @@ class _Body(httpx.AsyncByteStream):
             self._pool._release(self._key, self._conn)
 
 
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    open: int
+    idle: int
+    waiting: int
+
+
 class LeanTransport(httpx.AsyncBaseTransport):
     """HTTP/1.1 keep-alive pool; see the module docstring for what it promises."""
 
@@ -91,6 +99,13 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._waiters: deque[tuple[tuple[str, str, int], asyncio.Future[Connection | None]]] = (
             deque()
         )
+
+    @property
+    def pool(self) -> PoolState:
+        """How many connections are open, how many of them idle, and how many requests wait
+        for one (for tests and diagnostics)."""
+        idle = sum(len(connections) for connections in self._idle.values())
+        return PoolState(open=self._open, idle=idle, waiting=len(self._waiters))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeouts: dict[str, Any] = request.extensions.get("timeout") or _NO_TIMEOUTS

@@ -202,7 +202,7 @@ async def _equals(coro: Awaitable[list[str]], expected: list[str]) -> bool:
 
 
 async def _no_jobs(client: httpx.AsyncClient) -> bool:
-    counts = await services(client).proxy.hooks._queue.counts()
+    counts = await services(client).jobs.counts()
     return sum(counts.values()) == 0
 
 
@@ -228,7 +228,7 @@ async def test_no_job_for_tasks_tool_continuations_or_memory_off(
         headers={**ANN, **headers},
     )
     await services(client).runner.drain(5)
-    assert await services(client).proxy.hooks._queue.counts() == {
+    assert await services(client).jobs.counts() == {
         "awaiting": 0,
         "queued": 0,
         "running": 0,
@@ -389,7 +389,7 @@ async def test_failures_retry_then_park_and_jobs_retry_requeues(
         json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]},
         headers=ANN,
     )
-    queue: JobQueue = services(client).proxy.hooks._queue
+    queue: JobQueue = services(client).jobs
     await until(lambda: _failed(queue))
     assert calls == 3
     ((_job_id, user, reason),) = await queue.failed()
@@ -431,9 +431,9 @@ async def test_a_crash_mid_job_loses_nothing_and_applies_once(
         headers=ANN,
     )
     await asyncio.wait_for(started.wait(), 10)
-    worker = services(first).proxy.hooks._worker
+    worker = services(first).worker
     await worker.stop()  # the process dies: the job stays "running", nothing was committed
-    queue: JobQueue = services(first).proxy.hooks._queue
+    queue: JobQueue = services(first).jobs
     assert await queue.counts() == {"awaiting": 0, "queued": 0, "running": 1, "failed": 0}
 
     manager = Remembering()
@@ -458,7 +458,7 @@ async def test_failed_jobs_show_in_stats_and_the_cli_requeues_them(
     )
     queue: JobQueue = services(client).jobs
     await until(lambda: _failed(queue))
-    await services(client).proxy.hooks._worker.stop()  # the CLI is another process
+    await services(client).worker.stop()  # the CLI is another process
     stats = (await client.get("/v1/memories/stats", headers=ANN)).json()["jobs"]
     assert stats["failed"] == 1 and "manager unreachable" in stats["failures"][0]["reason"]
     assert (await client.get("/v1/memories/stats", headers={"X-User-Id": "bob"})).json()["jobs"][
@@ -601,7 +601,7 @@ async def test_a_process_dying_mid_answer_leaves_a_job_applied_once(
     release = asyncio.Event()
     slow_upstream(upstream, release)
     first = await manager_client(make_client, Remembering())
-    await services(first).proxy.hooks._worker.stop()
+    await services(first).worker.stop()
     chat = asyncio.ensure_future(first.post(
         "/v1/chat/completions", json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "I live in Oslo"}]}, headers=ANN
     ))  # fmt: skip
@@ -677,7 +677,7 @@ async def test_every_job_survives_a_crash_and_applies_once(
     for user, text in users.items():
         await chat_as(first, user, text)
     await until(lambda: _at_least(gate, 2))  # two mid-job, one queued
-    await services(first).proxy.hooks._worker.stop()  # the process dies
+    await services(first).worker.stop()  # the process dies
 
     manager = Remembering()
     second = await manager_client(make_client, manager)
