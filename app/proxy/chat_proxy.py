@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import httpx
@@ -50,18 +51,18 @@ class ChatProxy:
         # A large body's objects are many: no collector walks over them meanwhile (offload.py).
         pause = pause_collector(len(raw))
         try:
-            response, ctx = await self._chat(request, key, request_id, raw)
+            response, ctx, reading = await self._chat(request, key, request_id, raw)
         except BaseException:
             if pause is not None:
                 pause.release()
             raise
         if pause is not None:
-            self.runner.spawn(self._end_pause(ctx, pause), name=f"end-pause-{request_id}")
+            self.runner.spawn(self._end_pause(ctx, pause, reading), name=f"end-pause-{request_id}")
         return response
 
     async def _chat(
         self, request: Request, key: ApiKey | None, request_id: str, raw: bytes
-    ) -> tuple[Response, RequestContext]:
+    ) -> tuple[Response, RequestContext, Awaitable[object] | None]:
         headers = request.headers
         # Tens of megabytes take a second to parse and check: not on the loop (offload.py).
         data, checked, kind = await off_loop(
@@ -126,16 +127,17 @@ class ChatProxy:
             on_first_byte=preparation.on_first_byte if preparation else None,
             capture=True,
         )
-        return response, ctx
+        return response, ctx, preparation.reading_body if preparation else None
 
     @staticmethod
-    async def _end_pause(ctx: RequestContext, pause: CollectorPause) -> None:
-        """Once the hooks are done with the parsed body (a Manager job is written from it while
-        the upstream thinks), drop it and let the collector run again."""
+    async def _end_pause(
+        ctx: RequestContext, pause: CollectorPause, reading: Awaitable[object] | None
+    ) -> None:
+        """Once the hooks are done with the parsed body (`reading`: a Manager job is written
+        from it while the upstream thinks), drop it and let the collector run again."""
         try:
-            job = ctx.state.get("job")
-            if job is not None:
-                await asyncio.wait({job})  # never cancels it
+            if reading is not None:
+                await asyncio.wait({asyncio.ensure_future(reading)})  # never cancels it
             await asyncio.to_thread(ctx.drop_parsed)
         finally:
             pause.release()

@@ -145,6 +145,10 @@ class Preparation:
     """Awaited just before the answer's first byte is sent to the client: work that must be
     done by the time the client has any of the answer (e.g. the Manager's job, durably). It
     holds that byte back for as long as it takes: keep it short, and bound it."""
+    reading_body: Awaitable[object] | None = None
+    """Work the hook began that still reads the parsed request (e.g. writing the Manager's job
+    from its turns): a large body's parsed objects are let go once it is done
+    (:meth:`RequestContext.drop_parsed`)."""
 
 
 class MemoryHooks(Protocol):

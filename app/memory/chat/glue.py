@@ -126,10 +126,15 @@ class ChatMemory:
                 ctx.user_id,
                 " | ".join(f"{h.score:.3f} {h.content}" for h in found),
             )
+        job = None
         if on_first_byte is not None:
-            ctx.state["job"] = asyncio.ensure_future(self._prequeue(ctx))
+            job = ctx.state["job"] = asyncio.ensure_future(self._prequeue(ctx))
         return Preparation(
-            body=body, headers=headers, on_first_byte=on_first_byte, injected=len(found)
+            body=body,
+            headers=headers,
+            on_first_byte=on_first_byte,
+            injected=len(found),
+            reading_body=job,
         )
 
     async def _recall(self, user_id: str, query: str) -> list[Hit]:
