@@ -16,7 +16,7 @@ from typing import Any
 from app.memory.block import estimate_tokens, fit_budget, memory_line
 from app.memory.search.cache import IndexCache
 from app.memory.search.embedder import TextEmbedder
-from app.memory.search.parts import decode, embed_memories, encode, vector_model
+from app.memory.search.parts import decode, embed_for_store, vector_model
 from app.memory.search.ranking import Hit, Searcher
 from app.memory.store.events import Event
 from app.memory.store.memories import MemoryStore
@@ -52,11 +52,10 @@ class MemoryService:
     async def add(self, user_id: str, items: Sequence[NewMemory]) -> Written:
         """Create memories (embedded in batches); items with an existing id are kept as they are
         (``Written.created`` tells them apart)."""
-        vectors = await embed_memories(self.embedder, [item.content for item in items])
-        model = vector_model(self.embedder)
+        embedded = await embed_for_store(self.embedder, [item.content for item in items])
         prepared = [
-            replace(item, embedding=encode(v), embedding_model=model)
-            for item, v in zip(items, vectors, strict=True)
+            replace(item, embedding=e.embedding, embedding_model=e.model)
+            for item, e in zip(items, embedded, strict=True)
         ]
         written = await self.store.add(user_id, prepared)
         fresh = [i for i, created in enumerate(written.created) if created]
@@ -65,7 +64,7 @@ class MemoryService:
             self.cache.written(
                 user_id,
                 Written(records, written.version, [True] * len(fresh)),
-                [vectors[i] for i in fresh],
+                [embedded[i].vectors for i in fresh],
             )
         return written
 
@@ -73,8 +72,8 @@ class MemoryService:
         """Change content, type, metadata or pinned; new content is embedded again."""
         model = vector_model(self.embedder)
         if "content" in changes:
-            (vectors,) = await embed_memories(self.embedder, [changes["content"]])
-            changes.update(embedding=encode(vectors), embedding_model=model)
+            (embedded,) = await embed_for_store(self.embedder, [changes["content"]])
+            changes.update(embedding=embedded.embedding, embedding_model=embedded.model)
         written = await self.store.update(user_id, memory_id, **changes)
         if written is None:
             return None

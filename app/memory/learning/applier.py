@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.memory.learning.decisions import Op, Operation
-from app.memory.search.parts import embed_memories, encode, vector_model
+from app.memory.search.parts import Embedded, embed_for_store
 from app.memory.service import MemoryService
 from app.memory.store.records import now
 from app.memory.store.tables import Memory, MemorySource, MemoryType
@@ -51,7 +51,7 @@ class Applied:
 class _Planned:
     operation: Operation
     memory_id: str | None  # the memory to change or delete; None: create
-    vectors: np.ndarray | None = None
+    embedded: Embedded | None = None
     detail: str | None = None
 
 
@@ -81,36 +81,36 @@ class Applier:
                 outcomes.append(Applied(operation, "failed", reason=failure))
         writes = [p for p in planned if p.operation.op is not Op.DELETE]
         contents = [p.operation.content or "" for p in writes]
-        for plan, vectors in zip(
-            writes, await embed_memories(self._service.embedder, contents), strict=True
+        for plan, embedded in zip(
+            writes, await embed_for_store(self._service.embedder, contents), strict=True
         ):
-            plan.vectors = vectors
+            plan.embedded = embedded
         outcomes += await self._skip_duplicates(user_id, planned)
-        planned = [p for p in planned if p.vectors is not None or p.operation.op is Op.DELETE]
+        planned = [p for p in planned if p.embedded is not None or p.operation.op is Op.DELETE]
         if planned or queue is not None:
             outcomes += await self._commit(user_id, planned, job_id, queue)
         return outcomes
 
     async def _skip_duplicates(self, user_id: str, planned: list[_Planned]) -> list[Applied]:
-        """Drop (mark with vectors None) creations that repeat a memory or an earlier creation."""
+        """Drop (mark with `embedded` None) creations that repeat a memory or an earlier one."""
         entry = await self._service.cache.get(user_id)
         outcomes = []
         earlier: list[np.ndarray] = []
         for plan in planned:
-            if plan.memory_id is not None or plan.vectors is None:
+            if plan.memory_id is not None or plan.embedded is None:
                 continue
-            whole = plan.vectors[0]
+            whole = plan.embedded.vectors[0]
             keys, scores = entry.vectors.search(whole, 1)
             if len(keys) and scores[0] > self._threshold:
                 found = await self._service.store.get_many(user_id, [int(keys[0])])
                 duplicate = found[int(keys[0])].id if int(keys[0]) in found else None
                 reason = f"cosine {scores[0]:.3f} with an existing memory"
                 outcomes.append(Applied(plan.operation, "duplicate", duplicate, reason))
-                plan.vectors = None
+                plan.embedded = None
             elif any(float(whole @ other) > self._threshold for other in earlier):
                 outcomes.append(Applied(plan.operation, "duplicate", None,
                                         "repeats an earlier operation of this job"))  # fmt: skip
-                plan.vectors = None
+                plan.embedded = None
             else:
                 earlier.append(whole)
         return outcomes
@@ -118,7 +118,6 @@ class Applier:
     async def _commit(
         self, user_id: str, planned: list[_Planned], job_id: str, queue: JobQueue | None
     ) -> list[Applied]:
-        model = vector_model(self._service.embedder)
         outcomes: list[Applied] = []
         async with self._service.store.writing(user_id, MemorySource.MANAGER, job_id=job_id) as w:
             if queue is not None and not await queue.consume(w, job_id):
@@ -140,12 +139,13 @@ class Applier:
                         rows.pop(row.id)
                         outcomes.append(Applied(operation, "deleted", row.id))
                     continue
-                assert plan.vectors is not None and operation.content is not None
+                embedded = plan.embedded
+                assert embedded is not None and operation.content is not None
                 if row is not None:  # UPDATE of a known memory
                     before = row.content
                     row.content = operation.content
                     row.type = (operation.type or MemoryType(row.type)).value
-                    row.embedding, row.embedding_model = encode(plan.vectors), model
+                    row.embedding, row.embedding_model = embedded.embedding, embedded.model
                     w.update(row, before=before)
                     outcomes.append(Applied(operation, "updated", row.id))
                     continue
@@ -156,8 +156,8 @@ class Applier:
                     id=_new_id(), user_id=user_id, content=operation.content,
                     type=(operation.type or MemoryType.FACT).value, meta={},
                     source=MemorySource.MANAGER.value, pinned=False, created_at=stamp,
-                    updated_at=stamp, recall_count=0, embedding=encode(plan.vectors),
-                    embedding_model=model,
+                    updated_at=stamp, recall_count=0, embedding=embedded.embedding,
+                    embedding_model=embedded.model,
                 )  # fmt: skip
                 w.create(created, detail=detail)
                 outcomes.append(Applied(operation, "created", created.id, detail))

@@ -29,7 +29,7 @@ import numpy as np
 from app.memory.search.dense import VectorIndex
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.lexical import Analyzer, LexicalIndex
-from app.memory.search.parts import decode, embed_memories, encode, vector_model
+from app.memory.search.parts import decode, embed_for_store, vector_model
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import IndexRow, Removed, Written
 
@@ -154,12 +154,12 @@ class IndexCache:
         todo = [i for i, vectors in enumerate(out) if vectors is None]
         for start in range(0, len(todo), STORE_BATCH):
             chunk = todo[start : start + STORE_BATCH]
-            embedded = await embed_memories(self._embedder, [rows[i].content for i in chunk])
-            for i, vectors in zip(chunk, embedded, strict=True):
-                out[i] = vectors
+            embedded = await embed_for_store(self._embedder, [rows[i].content for i in chunk])
+            for i, e in zip(chunk, embedded, strict=True):
+                out[i] = e.vectors
             await self._store.set_embeddings(
                 user_id,
-                [(rows[i].key, encode(v), model) for i, v in zip(chunk, embedded, strict=True)],
+                [(rows[i].key, e.embedding, e.model) for i, e in zip(chunk, embedded, strict=True)],
             )
         if todo:
             logger.info("embedded %d memories of a user with %s", len(todo), model)

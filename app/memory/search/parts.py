@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -91,3 +92,22 @@ async def embed_memories(embedder: TextEmbedder, texts: Sequence[str]) -> list[n
         out.append(vectors[at : at + len(each)])
         at += len(each)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """A memory's text embedded for the store: its vectors, and what a row keeps of them."""
+
+    vectors: np.ndarray
+    """(parts, dim), as :func:`embed_memories` gives them."""
+    embedding: bytes
+    """The vectors as the row stores them (:func:`encode`)."""
+    model: str
+    """The row's ``embedding_model`` (:func:`vector_model`)."""
+
+
+async def embed_for_store(embedder: TextEmbedder, texts: Sequence[str]) -> list[Embedded]:
+    """Each text embedded and encoded for its row: the one step every writer of memories (the
+    API, an import, the Manager, a re-embedding) takes."""
+    model = vector_model(embedder)
+    return [Embedded(v, encode(v), model) for v in await embed_memories(embedder, texts)]
