@@ -197,7 +197,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _prepare_model(settings: Settings) -> int:
-    from app.memory.search.embedder import bundled_model_path, prepare
+    from app.memory.search.embedder import bundled_model_path
+    from app.memory.search.onnx_model import prepare
 
     model = settings.embedding_model or bundled_model_path()
     for quantize in (False, True):

@@ -135,21 +135,21 @@ def test_first_start_says_one_line_per_model_export(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """`make run` printed the same "exporting ... (once)" twice: fp32 and int8 are two exports."""
-    from app.memory.search import embedder
+    from app.memory.search import embedder, onnx_model
 
-    monkeypatch.setattr(embedder, "_export", lambda source, target, quantize: target.touch())
+    monkeypatch.setattr(onnx_model, "_export", lambda source, target, quantize: target.touch())
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append  # type: ignore[method-assign]
-    embedder.logger.addHandler(handler)
-    embedder.logger.setLevel(logging.INFO)
+    onnx_model.logger.addHandler(handler)
+    onnx_model.logger.setLevel(logging.INFO)
     try:
         for _ in range(2):  # the second time, both files are there: nothing is said
             for quantize in (False, True):
-                embedder.prepare(embedder.bundled_model_path(), str(tmp_path), quantize=quantize)
+                onnx_model.prepare(embedder.bundled_model_path(), str(tmp_path), quantize=quantize)
     finally:
-        embedder.logger.removeHandler(handler)
-        embedder.logger.setLevel(logging.NOTSET)
+        onnx_model.logger.removeHandler(handler)
+        onnx_model.logger.setLevel(logging.NOTSET)
     messages = [r.getMessage() for r in records]
     assert len(messages) == 2 and len(set(messages)) == 2
     assert "fp32 (once)" in messages[0] and "int8 (once)" in messages[1]

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from app.memory.search.embedder import Embedder, bundled_model_path, prepare
+from app.memory.search.embedder import Embedder, bundled_model_path
+from app.memory.search.onnx_model import _content_key, prepare
 
 TEXTS = [
     "When did Caroline go to the LGBTQ support group?",
@@ -68,36 +74,115 @@ def test_export_is_reused_and_bad_folders_are_refused(model_cache: Path, tmp_pat
         prepare(str(tmp_path), str(model_cache), quantize=False)
 
 
-def test_pooling_comes_from_the_models_own_config(tmp_path: Path) -> None:
-    import json
-    import shutil
-
-    from app.memory.search.embedder import _pooling
-
-    bundled = Path(bundled_model_path())
-    assert _pooling(bundled) == "mean"
-    assert _pooling(tmp_path) == "mean"  # a plain transformer folder
-    (tmp_path / "1_Pooling").mkdir()
-    config = tmp_path / "1_Pooling" / "config.json"
-    config.write_text(
-        json.dumps({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False})
-    )
-    assert _pooling(tmp_path) == "cls"
-    config.write_text(json.dumps({"pooling_mode_max_tokens": True}))
-    with pytest.raises(ValueError, match="not supported"):
-        _pooling(tmp_path)
-    # and a CLS model's vectors are its first token's, as sentence-transformers computes them
-    copy = tmp_path / "cls-model"
-    shutil.copytree(bundled, copy)
-    (copy / "1_Pooling" / "config.json").write_text(
-        json.dumps({"word_embedding_dimension": 384, "pooling_mode_cls_token": True})
-    )
+def _sentence_transformer(path: Path | str) -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
 
-    reference = SentenceTransformer(str(copy), device="cpu").encode(
-        TEXTS, normalize_embeddings=True
+    return SentenceTransformer(str(path), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def dense_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled model with a Dense layer (384 -> 128, tanh) after its pooling: what the
+    BERT-only exporter silently got wrong (384-dim vectors without the layer)."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+
+    torch.manual_seed(0)
+    bundled = _sentence_transformer(bundled_model_path())
+    dense = models.Dense(in_features=384, out_features=128, activation_function=torch.nn.Tanh())
+    folder = tmp_path_factory.mktemp("dense") / "dense-model"
+    modules = [bundled[0], bundled[1], dense, models.Normalize()]
+    SentenceTransformer(modules=modules, device="cpu").save(str(folder))
+    return folder
+
+
+def test_a_dense_layer_is_part_of_the_export(dense_model: Path, model_cache: Path) -> None:
+    reference = _sentence_transformer(dense_model).encode(TEXTS)
+    assert reference.shape == (4, 128)
+    for quantize in (False, True):
+        files = prepare(str(dense_model), str(model_cache), quantize=quantize)
+        manifest = json.loads(files.manifest.read_text())
+        assert manifest["modules"] == ["Transformer", "Pooling", "Dense", "Normalize"]
+        assert manifest["dim"] == 128 and manifest["max_tokens"] == 256
+        embedder = Embedder(files)
+        vectors = embedder.encode(TEXTS)
+        embedder.close()
+        assert embedder.dim == 128 and vectors.shape == (4, 128)
+        if quantize:  # int8, from the fp32 export: near, not equal
+            assert float((vectors * reference).sum(axis=1).min()) > 0.8
+        else:
+            assert float(np.abs(vectors - reference).max()) < 1e-5
+
+
+def test_cls_pooling_gives_sentence_transformers_vectors(tmp_path: Path) -> None:
+    copy = tmp_path / "cls-model"
+    shutil.copytree(bundled_model_path(), copy)
+    (copy / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 384, "pooling_mode_cls_token": True})
     )
+    reference = _sentence_transformer(copy).encode(TEXTS, normalize_embeddings=True)
     cls = Embedder(prepare(str(copy), str(tmp_path / "exports"), quantize=False))
-    assert float((cls.encode(TEXTS) * reference).sum(axis=1).min()) > 0.9999
+    assert float(np.abs(cls.encode(TEXTS) - reference).max()) < 1e-5
     cls.close()
+
+
+def test_unsupported_modules_are_refused_before_any_export(tmp_path: Path) -> None:
+    model = tmp_path / "odd-model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"")
+    (model / "tokenizer.json").write_text("{}")
+    base = "sentence_transformers.models."
+    for kinds in (
+        ["Transformer", "Pooling", "LayerNorm", "Normalize"],
+        ["Transformer", "Normalize"],  # no pooling: token vectors, not a sentence's
+        ["CLIPModel"],
+    ):
+        spec = [
+            {"idx": i, "name": str(i), "path": "", "type": base + k} for i, k in enumerate(kinds)
+        ]
+        (model / "modules.json").write_text(json.dumps(spec))
+        with pytest.raises(
+            ValueError, match=r"modules \[.*\] are not supported.*Transformer, Pooling"
+        ):
+            prepare(str(model), str(tmp_path / "exports"), quantize=False)
+    assert not (tmp_path / "exports").exists()
+
+
+def test_the_export_is_named_by_the_models_content(
+    embedder: Embedder, model_cache: Path, tmp_path: Path, dense_model: Path
+) -> None:
+    """A venv at another path (the same model, copied) finds the export made by the first, even
+    in a process without torch; changed weights (the transformer's or a module's) make another."""
+    bundled = Path(bundled_model_path())
+    copy = tmp_path / "elsewhere" / bundled.name
+    shutil.copytree(bundled, copy)
+    exported = prepare(str(bundled), str(model_cache), quantize=False)
+    assert _content_key(copy) == _content_key(bundled)
+    assert prepare(str(copy), str(model_cache), quantize=False).onnx == exported.onnx
+    script = f"""
+import sys
+for name in ("torch", "transformers", "sentence_transformers"):
+    sys.modules[name] = None  # importing any of them fails
+from app.memory.search.embedder import Embedder
+from app.memory.search.onnx_model import prepare
+files = prepare({str(copy)!r}, {str(model_cache)!r}, quantize=False)
+assert files.onnx.name == {exported.onnx.name!r}, files.onnx
+print(Embedder(files).dim)
+"""
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=Path.cwd(), check=False
+    )
+    assert (run.returncode, run.stdout.strip()) == (0, "384"), run.stderr
+    weights = copy / "model.safetensors"
+    with weights.open("r+b") as f:  # one weight changed, the file's size and name the same
+        f.seek(-4, os.SEEK_END)
+        f.write(bytes(4))
+    assert _content_key(copy) != _content_key(bundled)
+    dense_copy = tmp_path / dense_model.name
+    shutil.copytree(dense_model, dense_copy)
+    assert _content_key(dense_copy) == _content_key(dense_model)
+    with (dense_copy / "2_Dense" / "model.safetensors").open("r+b") as f:
+        f.seek(-4, os.SEEK_END)
+        f.write(bytes(4))
+    assert _content_key(dense_copy) != _content_key(dense_model)
