@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Unpack
 
 from app.memory.block import estimate_tokens, fit_budget, memory_line
 from app.memory.search.cache import IndexCache
@@ -20,7 +20,7 @@ from app.memory.search.parts import decode, embed_for_store, vector_model
 from app.memory.search.ranking import Hit, Searcher
 from app.memory.store.events import Event
 from app.memory.store.memories import MemoryStore
-from app.memory.store.records import MemoryRecord, NewMemory, Written
+from app.memory.store.records import Changes, MemoryRecord, NewMemory, Written
 from app.memory.store.tables import MemoryType
 
 logger = logging.getLogger("memproxy.memory")
@@ -68,12 +68,14 @@ class MemoryService:
             )
         return written
 
-    async def update(self, user_id: str, memory_id: str, **changes: Any) -> MemoryRecord | None:
+    async def update(
+        self, user_id: str, memory_id: str, **changes: Unpack[Changes]
+    ) -> MemoryRecord | None:
         """Change content, type, metadata or pinned; new content is embedded again."""
         model = vector_model(self.embedder)
         if "content" in changes:
             (embedded,) = await embed_for_store(self.embedder, [changes["content"]])
-            changes.update(embedding=embedded.embedding, embedding_model=embedded.model)
+            changes["embedding"], changes["embedding_model"] = embedded.embedding, embedded.model
         written = await self.store.update(user_id, memory_id, **changes)
         if written is None:
             return None

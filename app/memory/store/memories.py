@@ -20,7 +20,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Unpack
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
@@ -31,6 +31,7 @@ from app.memory.store.marks import RecallMarks
 from app.memory.store.queries import MemoryQueries, own
 from app.memory.store.records import (
     RECORD_COLUMNS,
+    Changes,
     MemoryRecord,
     NewMemory,
     Removed,
@@ -131,7 +132,7 @@ class MemoryStore(MemoryQueries):
         memory_id: str,
         *,
         actor: MemorySource = MemorySource.API,
-        **changes: Any,
+        **changes: Unpack[Changes],
     ) -> Written | None:
         """Change `content`, `type`, `metadata`, `pinned`, `embedding`/`embedding_model`."""
         unknown = set(changes) - _CHANGEABLE
@@ -142,13 +143,13 @@ class MemoryStore(MemoryQueries):
             if row is None:
                 return None
             before = row.content
-            for name, value in changes.items():
-                if name == "metadata":
-                    row.meta = dict(value)
-                elif name == "type":
-                    row.type = MemoryType(value).value
-                else:
-                    setattr(row, name, value)
+            if "metadata" in changes:
+                row.meta = dict(changes["metadata"])
+            if "type" in changes:
+                row.type = MemoryType(changes["type"]).value
+            for name in ("content", "pinned", "embedding", "embedding_model"):
+                if name in changes:
+                    setattr(row, name, changes[name])
             w.update(row, before=before)
         assert w.version is not None
         return Written([record_of(row)], w.version, [False])

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from app.memory.store.tables import Memory, MemorySource, MemoryType
 
@@ -40,6 +41,19 @@ class NewMemory:
     created_at: datetime | None = None
     embedding: bytes | None = None
     embedding_model: str | None = None
+
+
+class Changes(TypedDict, total=False):
+    """What a write may change of a memory (its id, owner, source and dates are never
+    changed)."""
+
+    content: str
+    type: MemoryType | str
+    metadata: Mapping[str, Any]
+    pinned: bool
+    embedding: bytes | None
+    """Set with `embedding_model` when `content` changes (the service embeds it again)."""
+    embedding_model: str | None
 
 
 @dataclass(frozen=True, slots=True)
