@@ -245,3 +245,52 @@ async def test_unsolicited_bytes_on_an_idle_connection_retire_it() -> None:
         await asyncio.sleep(0.15)
         assert (await client.get(f"http://127.0.0.1:{port}/2")).content == b"first"
     assert connections == 2  # the second request did not get the phantom response
+
+
+@pytest.mark.parametrize(
+    ("headers", "method", "path"),
+    [
+        ([(b"x-note", b"ok\r\nx-injected: 1")], "GET", "/x"),
+        ([(b"x-note", b"nul\x00byte")], "GET", "/x"),
+        ([(b"x-note", b"bare\rcr")], "GET", "/x"),
+        ([(b"x bad name", b"v")], "GET", "/x"),
+        ([(b"x-note:", b"v")], "GET", "/x"),
+        ([], "GE T", "/x"),
+    ],
+    ids=["crlf-value", "nul-value", "cr-value", "space-name", "colon-name", "method"],
+)
+async def test_a_head_that_would_smuggle_bytes_is_never_sent(
+    headers: list[tuple[bytes, bytes]], method: str, path: str
+) -> None:
+    """As h11 checks outbound heads: a bad byte anywhere raises LocalProtocolError and the
+    upstream receives nothing at all."""
+    received: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await reader.read(65536))
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)
+    transport = LeanTransport(limits=limits)
+    async with server:
+        url = httpx.URL(f"http://127.0.0.1:{port}").copy_with(raw_path=path.encode())
+        request = httpx.Request(method, url, headers=headers)
+        with pytest.raises(httpx.LocalProtocolError):
+            await transport.handle_async_request(request)
+        await asyncio.sleep(0.05)
+    await transport.aclose()
+    assert received == []
+    assert transport.pool.open == 0
+
+
+async def test_tabs_and_non_ascii_header_bytes_are_sent_as_they_are() -> None:
+    reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+    server, _ = await _http_server(reply)
+    port = server.sockets[0].getsockname()[1]
+    limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)
+    headers = [(b"x-user-id", "José".encode()), (b"x-note", b"a\tb")]
+    async with server, httpx.AsyncClient(transport=LeanTransport(limits=limits)) as client:
+        response = await client.get(f"http://127.0.0.1:{port}/x", headers=headers)
+        assert response.json() == {}

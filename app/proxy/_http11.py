@@ -18,6 +18,7 @@ one request at a time; :meth:`_Connection.begin` resets it for the next. It prom
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import deque
 from typing import cast
 
@@ -221,10 +222,31 @@ class Connection(asyncio.Protocol):
         self.closed = True
 
 
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(rb"[^\x00-\x08\x0a-\x1f\x7f]*")
+"""What a header value may hold (RFC 9110: visible characters, spaces, tabs, obs-text)."""
+_TARGET = re.compile(rb"[^\x00-\x20\x7f]+")
+
+
 def serialise(request: httpx.Request, body: bytes) -> bytes:
-    """The request head and body as bytes; the body is always sent with a Content-Length."""
-    lines = [request.method.encode("ascii"), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
+    """The request head and body as bytes; the body is always sent with a Content-Length.
+
+    Every byte of the head is checked first, as h11 does: a method or header name that is not a
+    token, a target with a space or control byte, or a header value with CR, LF, NUL or another
+    control byte raises ``httpx.LocalProtocolError`` and nothing is sent (a value could
+    otherwise end the header early and smuggle another into the upstream's request)."""
+    method = request.method.encode("ascii")
+    target = request.url.raw_path
+    if not _TOKEN.fullmatch(method) or not _TARGET.fullmatch(target):
+        raise httpx.LocalProtocolError(f"invalid request line: {method!r} {target[:200]!r}")
+    lines = [method, b" ", target, b" HTTP/1.1\r\n"]
     for name, value in request.headers.raw:
+        if not _TOKEN.fullmatch(name):
+            raise httpx.LocalProtocolError(f"invalid header name {name[:100]!r}")
+        if not _FIELD_VALUE.fullmatch(value):
+            raise httpx.LocalProtocolError(
+                f"header {name.decode('ascii')!r} has a control character (CR, LF, NUL...)"
+            )
         if name.lower() not in (b"content-length", b"transfer-encoding"):
             lines += [name, b": ", value, b"\r\n"]
     if body or request.method in ("POST", "PUT", "PATCH"):

@@ -183,6 +183,11 @@ class Upstream:
         except httpx.TimeoutException as exc:
             self._observe(request, "timeout", started)
             raise self._timeout(exc) from None
+        except httpx.LocalProtocolError as exc:  # nothing was sent: a header memproxy refuses
+            self._observe(request, "unreachable", started)
+            raise UpstreamUnreachable(
+                f"memproxy did not send the request to the upstream at {self.shown_url}: {exc}"
+            ) from None
         except httpx.TransportError as exc:
             self._observe(request, "unreachable", started)
             if (failed := verification_failed(exc)) is not None:
