@@ -10,7 +10,9 @@ Promises:
 - timeouts follow the request's httpx ``timeout`` extension: ``connect``, ``read`` (longest wait
   between two reads), ``write``, ``pool`` (waiting for a free connection);
 - failures raise httpx's own exceptions (``ConnectError``, ``ReadTimeout``, ``RemoteProtocolError``
-  ...), each carrying the request;
+  ...), each carrying the request, mapped from one table (:data:`_ERRORS`, by phase);
+- a request head with a byte that could end a header early is never sent
+  (``LocalProtocolError``: :func:`app.proxy._http11.serialise`);
 - a connection returns to the pool only after a complete response that allows keep-alive; a body
   closed early (the client left) closes its connection, which tells the upstream to stop;
 - an idle connection the server closed is noticed from its ``connection_lost``, never reused; a
@@ -37,6 +39,66 @@ from app.proxy._http11 import Connection, Dead, serialise
 _NO_TIMEOUTS: dict[str, float | None] = {"connect": None, "read": None, "write": None, "pool": None}
 
 
+_Failure = tuple[tuple[type[BaseException], ...], type[httpx.TransportError], str, bool]
+_ERRORS: dict[str, tuple[_Failure, ...]] = {
+    # phase: (what was raised, the httpx exception it becomes, its message, keep it as the cause)
+    "pool": (((TimeoutError,), httpx.PoolTimeout, "no free upstream connection in time", False),),
+    "connect": (
+        ((TimeoutError,), httpx.ConnectTimeout, "timed out connecting to {where}", False),
+        # The cause is kept: a failed certificate check is found there (app/proxy/tls.py).
+        ((OSError, ssl.SSLError), httpx.ConnectError, "{exc}", True),
+    ),
+    "write": (
+        ((TimeoutError,), httpx.WriteTimeout, "timed out waiting to write the upstream", False),
+        (
+            (Dead, OSError),
+            httpx.RemoteProtocolError,
+            "the upstream closed the connection ({exc})",
+            False,
+        ),
+    ),
+    "read": (
+        ((TimeoutError,), httpx.ReadTimeout, "timed out waiting to read the upstream", False),
+        (
+            (Dead, OSError),
+            httpx.RemoteProtocolError,
+            "the upstream closed the connection ({exc})",
+            False,
+        ),
+    ),
+    "body": (
+        ((TimeoutError,), httpx.ReadTimeout, "timed out reading from the upstream", False),
+        (
+            (Dead, OSError),
+            httpx.RemoteProtocolError,
+            "the upstream closed mid-response ({exc})",
+            False,
+        ),
+    ),
+}
+"""Every failure of the wire, by the phase it happened in, as httpx's own exception (httpx maps
+httpcore's the same way, from one table)."""
+_WIRE = (TimeoutError, Dead, OSError, httpx.TransportError)
+"""What :func:`_as_httpx` maps; anything else (a cancellation) goes through as it is."""
+
+
+def _as_httpx(
+    exc: BaseException, phase: str, request: httpx.Request, where: str = ""
+) -> BaseException:
+    """The httpx exception `exc` stands for (:data:`_ERRORS`), carrying the request."""
+    if isinstance(exc, httpx.TransportError):
+        exc.request = request
+        return exc
+    for kinds, error, message, keep_cause in _ERRORS[phase]:
+        if isinstance(exc, kinds):
+            mapped = error(message.format(exc=exc or type(exc).__name__, where=where),
+                           request=request)  # fmt: skip
+            mapped.__cause__ = exc if keep_cause else None
+            mapped.__suppress_context__ = True
+            return mapped
+    return exc
+
+
 class _Body(httpx.AsyncByteStream):
     def __init__(
         self,
@@ -54,17 +116,8 @@ class _Body(httpx.AsyncByteStream):
         while True:
             try:
                 chunk = await self._conn.next_chunk(self._timeout)
-            except TimeoutError:
-                raise httpx.ReadTimeout(
-                    "timed out reading from the upstream", request=self._request
-                ) from None
-            except (Dead, OSError) as exc:
-                raise httpx.RemoteProtocolError(
-                    f"the upstream closed mid-response ({exc})", request=self._request
-                ) from None
-            except httpx.TransportError as exc:
-                exc.request = self._request
-                raise
+            except _WIRE as exc:
+                raise _as_httpx(exc, "body", self._request)  # noqa: B904 (its cause is set)
             if chunk is None:
                 return
             yield chunk
@@ -121,21 +174,11 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 phase = "read"
                 await conn.read_head(timeouts.get("read"))
                 break
-            except Dead as exc:
+            except _WIRE as exc:
                 self._discard(conn)
-                if reused and attempt == 1 and not conn.got_bytes:
+                if isinstance(exc, Dead) and reused and attempt == 1 and not conn.got_bytes:
                     continue  # the keep-alive race: the server closed it before reading our request
-                raise httpx.RemoteProtocolError(
-                    f"the upstream closed the connection ({exc})", request=request
-                ) from None
-            except TimeoutError:
-                self._discard(conn)
-                error = httpx.ReadTimeout if phase == "read" else httpx.WriteTimeout
-                raise error(f"timed out waiting to {phase} the upstream", request=request) from None
-            except httpx.TransportError as exc:
-                self._discard(conn)
-                exc.request = request
-                raise
+                raise _as_httpx(exc, phase, request)  # noqa: B904 (its cause is set)
             except (
                 BaseException
             ):  # cancelled (the client left): the connection is in an unknown state
@@ -184,12 +227,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 _, conn = await loop.create_connection(
                     Connection, host, port, ssl=tls, server_hostname=host if tls else None
                 )
-        except TimeoutError:
-            raise httpx.ConnectTimeout(
-                f"timed out connecting to {host}:{port}", request=request
-            ) from None
-        except (OSError, ssl.SSLError) as exc:  # kept as the cause: a failed certificate check
-            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+        except (TimeoutError, OSError, ssl.SSLError) as exc:
+            raise _as_httpx(exc, "connect", request, f"{host}:{port}")  # noqa: B904 (cause set)
         return conn
 
     async def _wait_turn(
@@ -202,10 +241,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
         try:
             async with asyncio.timeout(timeout):
                 return await waiter
-        except TimeoutError:
-            raise httpx.PoolTimeout(
-                "no free upstream connection in time", request=request
-            ) from None
+        except TimeoutError as exc:
+            raise _as_httpx(exc, "pool", request)  # noqa: B904 (its cause is set)
         except BaseException:
             if waiter.done() and not waiter.cancelled():  # handed something we will not use
                 handed = waiter.result()
