@@ -13,6 +13,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from app.memory.learning.worker import Worker, _cancelled
+from tests.conftest import make_settings
 
 
 async def test_a_task_that_swallows_a_cancel_is_cancelled_again() -> None:
@@ -45,21 +46,18 @@ async def ended(work: Coroutine[Any, Any, None], within: float = 10.0) -> bool:
 class IdleQueue:
     """A queue with nothing to claim (all the poll loop asks of it here)."""
 
+    async def requeue_running(self) -> int:
+        return 0
+
     async def claim(self, n: int, *, exclude_users: set[str]) -> list[object]:
         return []
 
 
 async def test_stop_right_after_a_wake_up_ends_the_poll_loop() -> None:
-    worker = Worker.__new__(Worker)  # only the poll loop runs: no service, Manager or applier
-    worker._queue = IdleQueue()  # type: ignore[assignment]
-    worker._concurrency = 1
-    worker._running = {}
-    worker._wakeup = asyncio.Event()
-    worker._stopping = False
     for _ in range(20):
-        worker._stopping = False
-        worker._loop_task = asyncio.get_running_loop().create_task(worker._loop())
+        # Only the poll loop runs: no service or Manager is ever asked for anything.
+        worker = Worker(IdleQueue(), None, None, make_settings(manager_concurrency=1))  # type: ignore[arg-type]
+        await worker.start()
         await asyncio.sleep(0.01)  # the loop now waits for a wake-up
         worker.wake()  # set, and cancelled in the same turn of the event loop
         assert await ended(worker.stop()), "stop() waited for the poll loop forever"
-        assert worker._loop_task.done()
