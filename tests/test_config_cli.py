@@ -131,6 +131,30 @@ def test_create_app_from_the_environment_warns_of_misspellings_and_exits_on_bad_
     ]
 
 
+def test_exports_named_the_earlier_way_are_removed_once_replaced(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Exports used to be named by the model's path and size (12 hex digits); a new export
+    removes them (~90 MB each), and nothing else of the cache folder."""
+    from app.memory.search import embedder, onnx_model
+
+    monkeypatch.setattr(onnx_model, "_export", lambda source, target, quantize: target.touch())
+    name = Path(embedder.bundled_model_path()).name
+    old = [tmp_path / f"{name}-0123456789ab-fp32.onnx", tmp_path / f"{name}-0123456789ab-int8.onnx"]
+    kept = [
+        tmp_path / "other-0123456789ab-fp32.onnx",
+        tmp_path / f"{name}-0123456789abcdef-fp32.onnx",
+    ]
+    for path in old + kept:
+        path.touch()
+    files = onnx_model.prepare(embedder.bundled_model_path(), str(tmp_path), quantize=False)
+    assert files.onnx.exists()
+    assert not old[0].exists() and old[1].exists()  # the int8 one goes with the int8 export
+    onnx_model.prepare(embedder.bundled_model_path(), str(tmp_path), quantize=True)
+    assert not old[1].exists()
+    assert all(path.exists() for path in kept)
+
+
 def test_first_start_says_one_line_per_model_export(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -12,10 +12,12 @@ the export, changed weights make another.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -119,9 +121,22 @@ def prepare(model_dir: str, cache_dir: str, *, quantize: bool) -> ModelFiles:
         logger.info("exporting %s to ONNX, %s (once): %s", source, variant, target)
         target.parent.mkdir(parents=True, exist_ok=True)
         _export(source, target, quantize=quantize)
+        _remove_old_exports(target.parent, source.name, variant)
     return ModelFiles(
         onnx=target, tokenizer=source / "tokenizer.json", name=f"{source.name}:{variant}"
     )
+
+
+def _remove_old_exports(folder: Path, name: str, variant: str) -> None:
+    """Delete this model's exports made by memproxy before exports were named by content
+    (``{name}-{12 hex digits of its path and size}-{variant}.onnx``, ~90 MB each), which
+    nothing loads any more."""
+    old = re.compile(rf"{re.escape(name)}-[0-9a-f]{{12}}-{variant}\.onnx")
+    for path in folder.iterdir():
+        if old.fullmatch(path.name):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                logger.info("removed an export of an earlier memproxy: %s", path)
 
 
 def _export(source: Path, target: Path, *, quantize: bool) -> None:
