@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.proxy.offload import PIECE_CHARS
+from app.schemas.checks import json_problem
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -55,8 +56,28 @@ def _constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-_decoder = json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=_constant)
-_scan: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: ignore[attr-defined]
+def _refuse_lone_surrogate(value: Any) -> None:
+    if json_problem(value, numbers=False) is not None:
+        raise ValueError("lone surrogate in a value that a later duplicate key replaced")
+
+
+def _checked_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose duplicate keys' earlier values are checked for lone surrogates: orjson
+    refuses those too, and the later value would otherwise hide them from the caller."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        for key, value in pairs:
+            if result[key] is not value:
+                _refuse_lone_surrogate(value)
+    return result
+
+
+_Scan = Callable[[str, int], tuple[Any, int]]
+_options: dict[str, Any] = {"parse_int": _int, "parse_float": _float, "parse_constant": _constant}
+_scan: _Scan = json.JSONDecoder(**_options).scan_once  # type: ignore[attr-defined]
+_scan_checking: _Scan = json.JSONDecoder(  # type: ignore[attr-defined]
+    **_options, object_pairs_hook=_checked_pairs
+).scan_once
 
 
 def _space(text: str, at: int) -> int:
@@ -73,19 +94,21 @@ def loads(raw: bytes) -> Any:
     """``orjson.loads(raw)``, a piece at a time (module docstring)."""
     text = _decode(raw)
     end = _space(text, 0)
-    value, end = _value(text, end, 1)
+    # Objects are checked for a lone surrogate under a duplicate key only when there may be one.
+    scan = _scan_checking if has_surrogate_escape(raw) else _scan
+    value, end = _value(text, end, 1, scan)
     end = _space(text, end)
     if end != len(text):
         raise json.JSONDecodeError("unexpected content after document", text, end)
     return value
 
 
-def _value(text: str, at: int, depth: int) -> tuple[Any, int]:
+def _value(text: str, at: int, depth: int, scan: _Scan) -> tuple[Any, int]:
     opening = text[at : at + 1]
     if opening == '"':
         return _string(text, at)
     if opening in ("{", "[") and depth <= _MANUAL_DEPTH:
-        return _container(text, at, depth)
+        return _container(text, at, depth, scan)
     if opening in ("{", "["):
         # One call when the value is small, found by trying bounded copies of growing size (a
         # cut container never parses); a larger one is walked here like the outer levels.
@@ -93,19 +116,19 @@ def _value(text: str, at: int, depth: int) -> tuple[Any, int]:
             if at + size >= len(text):
                 break  # the rest of the text is this small: one call below is bounded
             try:
-                value, end = _scan(text[at : at + size], 0)
+                value, end = scan(text[at : at + size], 0)
             except (StopIteration, ValueError):
                 continue
             return value, at + end
         else:
-            return _container(text, at, depth)
+            return _container(text, at, depth, scan)
     try:
-        return _scan(text, at)
+        return scan(text, at)
     except StopIteration:
         raise json.JSONDecodeError("expected a value", text, at) from None
 
 
-def _container(text: str, at: int, depth: int) -> tuple[Any, int]:
+def _container(text: str, at: int, depth: int, scan: _Scan) -> tuple[Any, int]:
     is_object = text[at] == "{"
     closing = "}" if is_object else "]"
     result: Any = {} if is_object else []
@@ -121,9 +144,11 @@ def _container(text: str, at: int, depth: int) -> tuple[Any, int]:
             if text[at : at + 1] != ":":
                 raise json.JSONDecodeError("expected ':' after a property name", text, at)
             at = _space(text, at + 1)
-            result[key], at = _value(text, at, depth + 1)
+            if key in result and scan is _scan_checking:
+                _refuse_lone_surrogate(result[key])
+            result[key], at = _value(text, at, depth + 1, scan)
         else:
-            item, at = _value(text, at, depth + 1)
+            item, at = _value(text, at, depth + 1, scan)
             result.append(item)
         at = _space(text, at)
         found = text[at : at + 1]
@@ -140,7 +165,8 @@ def _string(text: str, at: int) -> tuple[str, int]:
     pair."""
     start = at + 1
     size = max(PIECE_CHARS, 16)  # room for an escape, or a piece could hold none
-    if _inside(text, start, start + size) < start + size:
+    first = _inside(text, start, start + size)
+    if first < start + size and not _escape_at_cut(text, first, start + size):
         return _scanstring(text, start)  # it ends (or fails) within one piece
     parts = []
     cut = start

@@ -15,6 +15,7 @@ import asyncio
 import gc
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -88,6 +89,7 @@ class CollectorPause:
 
     _held = 0
     _was_enabled = True
+    _since = 0.0
     _lock = threading.Lock()
 
     def __init__(self) -> None:
@@ -95,8 +97,15 @@ class CollectorPause:
         with CollectorPause._lock:
             if CollectorPause._held == 0:
                 CollectorPause._was_enabled = gc.isenabled()
+                CollectorPause._since = time.monotonic()
                 gc.disable()
             CollectorPause._held += 1
+
+    @classmethod
+    def paused_for(cls) -> float:
+        """How long the collector has been held off without a break (0 when it is not)."""
+        with cls._lock:
+            return time.monotonic() - cls._since if cls._held else 0.0
 
     def release(self) -> None:
         """End this pause; later calls do nothing."""
@@ -115,8 +124,10 @@ PAUSE_SECONDS = 60.0
 
 def pause_collector(size: int) -> CollectorPause | None:
     """A :class:`CollectorPause` for a large body (released after :data:`PAUSE_SECONDS` at the
-    latest), or None for a small one."""
-    if not is_large(size):
+    latest), or None for a small one, or when the collector has been held off that long
+    already: overlapping large bodies (one a minute would do) must not keep it off for good,
+    and cyclic garbage of every request with it."""
+    if not is_large(size) or CollectorPause.paused_for() > PAUSE_SECONDS:
         return None
     pause = CollectorPause()
     asyncio.get_running_loop().call_later(PAUSE_SECONDS, pause.release)

@@ -91,8 +91,8 @@ def _as_httpx(
         return exc
     for kinds, error, message, keep_cause in _ERRORS[phase]:
         if isinstance(exc, kinds):
-            mapped = error(message.format(exc=exc or type(exc).__name__, where=where),
-                           request=request)  # fmt: skip
+            text = message.format(exc=str(exc) or type(exc).__name__, where=where)
+            mapped = error(text, request=request)
             mapped.__cause__ = exc if keep_cause else None
             mapped.__suppress_context__ = True
             return mapped

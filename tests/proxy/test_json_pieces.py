@@ -135,6 +135,49 @@ def test_long_strings_are_cut_between_escapes_never_inside_one() -> None:
             same_as_orjson(raw)
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": "\\ud800", "a": "ok"}',
+        b'{"m": [{"role": "user", "content": "\\udc00 x", "content": "fine"}]}',
+        b'{"m": [[{"k": {"a": "\\ud83d", "a": 1}}]]}',
+    ],
+)
+def test_a_lone_surrogate_under_a_duplicate_key_is_refused_as_orjson_refuses_it(
+    raw: bytes,
+) -> None:
+    """The later value would hide it from the caller's check of the parsed body."""
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(raw)
+    for piece in (offload.PIECE_CHARS, 7):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(json_pieces, "PIECE_CHARS", piece)
+            patch.setattr(json_pieces, "_TRIES", (2, 5, piece))
+            with pytest.raises(ValueError, match="surrogate"):
+                json_pieces.loads(raw)
+    assert json_pieces.loads(b'{"a": "\\ud83d\\ude00", "a": "ok"}') == {"a": "ok"}
+
+
+def test_a_long_string_whose_first_piece_ends_inside_an_escape_is_still_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first piece used to go whole to the C scanner when an escape straddled its end."""
+    monkeypatch.setattr(json_pieces, "PIECE_CHARS", 16)
+    calls: list[int] = []
+    real = json_pieces._scanstring
+
+    def scanstring(text: str, at: int) -> tuple[str, int]:
+        value, end = real(text, at)
+        calls.append(end - at)  # how much of the text this one call went through
+        return value, end
+
+    monkeypatch.setattr(json_pieces, "_scanstring", scanstring)
+    text = "x" * 15 + "\\n" + "y" * 200  # the escape straddles the first piece's end
+    raw = ('{"k": "' + text + '"}').encode()
+    assert json_pieces.loads(raw) == orjson.loads(raw)
+    assert calls and max(calls) <= 40  # pieces, never the whole string
+
+
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
 def test_utf8_is_never_cut_inside_a_character(size: int) -> None:
     text = '{"a": "é中😀x"}'
@@ -164,6 +207,7 @@ def upstream_ok(upstream: respx.Router) -> respx.Route:
         ('"' + PADDING + '"', 200, None),
         ('"' + PADDING + '" oops', 400, None),
         ('"' + PADDING + ' \\x"', 400, None),
+        ('"\\ud800", "content": "' + PADDING + '"', 400, None),  # hidden by a duplicate key
     ],
 )
 async def test_large_bodies_get_the_answers_small_ones_get(
@@ -272,3 +316,27 @@ async def test_pauses_nest_and_a_forgotten_one_ends_by_itself(
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+async def test_overlapping_pauses_never_keep_the_collector_off_for_good(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Large bodies arriving faster than they finish would chain pauses forever: once the
+    collector has been off for PAUSE_SECONDS, no new pause starts until it has run again."""
+    monkeypatch.setattr(offload, "PAUSE_SECONDS", 0.1)
+    large = offload.LARGE_BODY_BYTES + 1
+    current = offload.pause_collector(large)
+    assert current is not None
+    for _ in range(6):  # each new body before the previous one is done
+        await asyncio.sleep(0.05)
+        following = offload.pause_collector(large)
+        current.release()
+        if following is None:
+            break
+        current = following
+    else:
+        pytest.fail("pauses chained for longer than PAUSE_SECONDS")
+    assert gc.isenabled()
+    assert offload.pause_collector(large) is not None  # after a break, large bodies pause again
+    await asyncio.sleep(0.2)
+    assert gc.isenabled()

@@ -9,6 +9,7 @@ import httpx
 import orjson
 import pytest
 
+import app.proxy.transport as transport_module
 from app.proxy._http11 import Connection
 from app.proxy.transport import LeanTransport
 from tests.servers import serve_stack
@@ -294,3 +295,26 @@ async def test_tabs_and_non_ascii_header_bytes_are_sent_as_they_are() -> None:
     async with server, httpx.AsyncClient(transport=LeanTransport(limits=limits)) as client:
         response = await client.get(f"http://127.0.0.1:{port}/x", headers=headers)
         assert response.json() == {}
+
+
+@pytest.mark.parametrize(
+    ("raised", "phase", "expected", "message"),
+    [
+        (OSError(), "connect", httpx.ConnectError, "OSError"),
+        (OSError("no route to host"), "connect", httpx.ConnectError, "no route to host"),
+        (TimeoutError(), "connect", httpx.ConnectTimeout, "timed out connecting to h:1"),
+        (TimeoutError(), "pool", httpx.PoolTimeout, "no free upstream connection in time"),
+        (ConnectionResetError(), "write", httpx.RemoteProtocolError, "(ConnectionResetError)"),
+        (TimeoutError(), "read", httpx.ReadTimeout, "timed out waiting to read the upstream"),
+        (TimeoutError(), "body", httpx.ReadTimeout, "timed out reading from the upstream"),
+    ],
+)
+def test_every_wire_failure_is_an_httpx_error_with_something_to_say(
+    raised: BaseException, phase: str, expected: type[Exception], message: str
+) -> None:
+    """From one table by phase (never an empty message: an OSError without text is named)."""
+    request = httpx.Request("GET", "http://h:1/x")
+    mapped = transport_module._as_httpx(raised, phase, request, "h:1")
+    assert type(mapped) is expected and message in str(mapped) and str(mapped)
+    assert mapped.request is request  # type: ignore[attr-defined]
+    assert (mapped.__cause__ is raised) == (expected is httpx.ConnectError)  # for the TLS check

@@ -184,7 +184,11 @@ class JobQueue:
             ).order_by(ManagerJob.key.desc()).limit(1)
         )  # fmt: skip
         if pending is not None and _too_many(pending, job):
-            pending = None  # one job is one Manager call: this one waits on its own
+            # One job is one Manager call: this one goes on its own. An explicit one must not
+            # wait behind the routine one (a user's jobs run oldest first): that one is due now.
+            if job.explicit:
+                pending.next_attempt_at = min(aware(pending.next_attempt_at), stamp)
+            pending = None
         if pending is not None and not job.explicit:
             pending.payload = {**pending.payload, "model": job.payload["model"],
                                "new": pending.payload["new"] + job.payload["new"]}  # fmt: skip

@@ -121,17 +121,17 @@ def prepare(model_dir: str, cache_dir: str, *, quantize: bool) -> ModelFiles:
         logger.info("exporting %s to ONNX, %s (once): %s", source, variant, target)
         target.parent.mkdir(parents=True, exist_ok=True)
         _export(source, target, quantize=quantize)
-        _remove_old_exports(target.parent, source.name, variant)
+        _remove_old_exports(target.parent, source.name)
     return ModelFiles(
         onnx=target, tokenizer=source / "tokenizer.json", name=f"{source.name}:{variant}"
     )
 
 
-def _remove_old_exports(folder: Path, name: str, variant: str) -> None:
+def _remove_old_exports(folder: Path, name: str) -> None:
     """Delete this model's exports made by memproxy before exports were named by content
-    (``{name}-{12 hex digits of its path and size}-{variant}.onnx``, ~90 MB each), which
-    nothing loads any more."""
-    old = re.compile(rf"{re.escape(name)}-[0-9a-f]{{12}}-{variant}\.onnx")
+    (``{name}-{12 hex digits of its path and size}-{fp32|int8}.onnx``, ~90 MB each), which
+    nothing loads any more: both, whichever variant this start exported."""
+    old = re.compile(rf"{re.escape(name)}-[0-9a-f]{{12}}-(?:fp32|int8)\.onnx")
     for path in folder.iterdir():
         if old.fullmatch(path.name):
             with contextlib.suppress(OSError):

@@ -303,6 +303,43 @@ async def test_routine_jobs_merge_only_within_the_bound(tmp_path: Path) -> None:
     await engine.dispose()
 
 
+async def test_an_explicit_job_that_cannot_take_the_waiting_one_along_still_runs_now(
+    tmp_path: Path,
+) -> None:
+    """Jobs of a user run oldest first: an explicit job queued on its own (the two together
+    would be over the bound) makes the routine one before it due now, instead of waiting the
+    processing interval behind it."""
+    from app.memory.store.db import create_engine, upgrade
+    from app.memory.store.memories import MemoryStore
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/q.db")
+    await upgrade(engine)
+    store = MemoryStore(engine)
+    queue = JobQueue(store.sessions, limit=100)
+    turns: list[Turn] = [Turn("user", "I live in Oslo"), Turn("assistant", "ok")]
+    first = exchange(turns, set(), threshold=1)
+    assert first is not None
+    await queue.enqueue("ann", "m", first, interval_seconds=0)
+    (done,) = await queue.claim(5, exclude_users=set())
+    async with store.writing("ann", MemorySource.MANAGER, job_id=done.id) as w:
+        assert await queue.consume(w, done.id)  # the user's last job: the interval runs from now
+    taken = set(first.fingerprints)
+    for explicit in (False, True):
+        start = len(turns)
+        turns += [Turn("user" if i % 2 == 0 else "assistant", f"turn {start + i}")
+                  for i in range(MAX_JOB_TURNS // 2 + 8)]  # fmt: skip
+        if explicit:
+            turns[-2] = Turn("user", "Remember that I am vegan")
+        found = exchange(turns, taken, threshold=1)
+        assert found is not None and found.explicit is explicit
+        taken |= set(found.fingerprints)
+        await queue.enqueue("ann", "m", found, interval_seconds=3600)
+    assert (await queue.counts())["queued"] == 2
+    (claimed,) = await queue.claim(5, exclude_users=set())  # was [] for an hour
+    assert not claimed.explicit  # the older one first, then the explicit one
+    await engine.dispose()
+
+
 async def test_exchanges_within_the_interval_join_one_job(tmp_path: Path) -> None:
     from app.memory.store.db import create_engine, upgrade
 
