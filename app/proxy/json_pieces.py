@@ -10,9 +10,11 @@ piece at a time. What is left as one call is the making of each large object its
 decoded text, a long string: a copy of a few milliseconds per 50 MB).
 
 It accepts and rejects what orjson does, with the same values: NaN and Infinity are refused, an
-integer outside 64 bits becomes a float, a number that overflows a double is refused. One
-difference: a lone UTF-16 surrogate escape (``"\\ud800"``) is read, not refused; a caller checks
-for it when :func:`has_surrogate_escape` says there may be one. Errors are :class:`ValueError`
+integer outside 64 bits becomes a float, a number that overflows a double is refused. Two
+differences: a lone UTF-16 surrogate escape (``"\\ud800"``) is read, not refused (a caller checks
+for it when :func:`has_surrogate_escape` says there may be one; one that a duplicate key would
+hide is refused here); and nesting deeper than Python's recursion allows (~900 levels, orjson
+reads 1024) is a ``RecursionError`` (memproxy cannot write more than 254 back in any case). Errors are :class:`ValueError`
 (a :class:`json.JSONDecodeError` or :class:`UnicodeDecodeError`) or :class:`RecursionError`.
 """
 
