@@ -14,8 +14,9 @@ integer outside 64 bits becomes a float, a number that overflows a double is ref
 differences: a lone UTF-16 surrogate escape (``"\\ud800"``) is read, not refused (a caller checks
 for it when :func:`has_surrogate_escape` says there may be one; one that a duplicate key would
 hide is refused here); and nesting deeper than Python's recursion allows (~900 levels, orjson
-reads 1024) is a ``RecursionError`` (memproxy cannot write more than 254 back in any case). Errors are :class:`ValueError`
-(a :class:`json.JSONDecodeError` or :class:`UnicodeDecodeError`) or :class:`RecursionError`.
+reads 1024) is a ``RecursionError`` (memproxy cannot write more than 254 back in any case).
+Errors are :class:`ValueError` (a :class:`json.JSONDecodeError` or :class:`UnicodeDecodeError`)
+or :class:`RecursionError`.
 """
 
 from __future__ import annotations
