@@ -207,3 +207,18 @@ def test_raw_server_answers_as_written(raw_upstream: int) -> None:
     with socket.create_connection(("127.0.0.1", raw_upstream), timeout=5) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\nx-reply: whole\r\n\r\n")
         assert sock.recv(65536).endswith(b"\r\n\r\n{}")
+
+
+def test_an_upstream_key_that_would_smuggle_a_header_is_never_sent() -> None:
+    """`MEMPROXY_UPSTREAM_API_KEY` with a line break in it (a copy-paste of two lines) would end
+    the Authorization header early and start another: the request is not sent at all, and the
+    client gets a 502 that names the header; the server goes on serving."""
+    from tests.servers import serve_stack
+
+    with serve_stack(upstream_api_key="sk-one\r\nx-smuggled: 1") as stack:
+        response = httpx.post(f"{stack.proxy_url}/v1/chat/completions", json=chat_body())
+        error = assert_openai_error(response, 502, param=None)
+        assert "'authorization' has a control character" in error["message"]
+        assert "sk-one" not in response.text
+        assert not [r for r in stack.fake.received if r.path == "/chat/completions"]
+        assert httpx.get(f"{stack.proxy_url}/healthz").status_code == 200
