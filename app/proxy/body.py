@@ -54,17 +54,14 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         data = json_pieces.loads(raw) if large else orjson.loads(raw)
     except RecursionError:
         raise InvalidJSON("request body is not valid JSON: nested too deeply") from None
+    except json_pieces.LoneSurrogate as exc:  # a "\ud800" escape, found where it is
+        raise ValidationFailed(str(exc), param=exc.where) from None
     except ValueError as exc:  # orjson's and the standard library's errors, bad UTF-8
         found = lone_surrogate_in(raw) if "surrogate" in str(exc) else None
         if found is not None:  # a "\ud800" escape: say in which field, as a 422 would
             where, why = found
             raise ValidationFailed(f"{where} {why}", param=where) from None
         raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
-    if large and json_pieces.has_surrogate_escape(raw):
-        found = json_problem(data, numbers=False)  # a lone one, which orjson would refuse
-        if found is not None:
-            where, why = found
-            raise ValidationFailed(f"{where} {why}", param=where)
     if not isinstance(data, dict):
         raise InvalidRequest(
             f"request body must be a JSON object, not {type(data).__name__}", code="invalid_body"

@@ -10,13 +10,12 @@ piece at a time. What is left as one call is the making of each large object its
 decoded text, a long string: a copy of a few milliseconds per 50 MB).
 
 It accepts and rejects what orjson does, with the same values: NaN and Infinity are refused, an
-integer outside 64 bits becomes a float, a number that overflows a double is refused. Two
-differences: a lone UTF-16 surrogate escape (``"\\ud800"``) is read, not refused (a caller checks
-for it when :func:`has_surrogate_escape` says there may be one; one that a duplicate key would
-hide is refused here); and nesting deeper than Python's recursion allows (~900 levels, orjson
-reads 1024) is a ``RecursionError`` (memproxy cannot write more than 254 back in any case).
-Errors are :class:`ValueError` (a :class:`json.JSONDecodeError` or :class:`UnicodeDecodeError`)
-or :class:`RecursionError`.
+integer outside 64 bits becomes a float, a number that overflows a double is refused, and so is
+a lone UTF-16 surrogate escape (``"\\ud800"``: :class:`LoneSurrogate`, naming its place). One
+difference: nesting deeper than Python's recursion allows (~900 levels, orjson reads 1024) is a
+``RecursionError`` (memproxy cannot write more than 254 back in any case). Errors are
+:class:`ValueError` (a :class:`json.JSONDecodeError`, :class:`UnicodeDecodeError` or
+:class:`LoneSurrogate`) or :class:`RecursionError`.
 """
 
 from __future__ import annotations
@@ -59,6 +58,15 @@ def _constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+class LoneSurrogate(ValueError):
+    """A lone UTF-16 surrogate escape (``"\\ud800"``), which orjson refuses too; `where` names
+    its place in the document (``messages[0].content``), `why` says what is wrong there."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(f"{where} {why}")
+        self.where = where
+
+
 def _refuse_lone_surrogate(value: Any) -> None:
     if json_problem(value, numbers=False) is not None:
         raise ValueError("lone surrogate in a value that a later duplicate key replaced")
@@ -97,12 +105,14 @@ def loads(raw: bytes) -> Any:
     """``orjson.loads(raw)``, a piece at a time (module docstring)."""
     text = _decode(raw)
     end = _space(text, 0)
-    # Objects are checked for a lone surrogate under a duplicate key only when there may be one.
-    scan = _scan_checking if has_surrogate_escape(raw) else _scan
-    value, end = _value(text, end, 1, scan)
+    # Lone surrogates are looked for (under duplicate keys too) only when there may be one.
+    surrogates = has_surrogate_escape(raw)
+    value, end = _value(text, end, 1, _scan_checking if surrogates else _scan)
     end = _space(text, end)
     if end != len(text):
         raise json.JSONDecodeError("unexpected content after document", text, end)
+    if surrogates and (found := json_problem(value, numbers=False)) is not None:
+        raise LoneSurrogate(*found)
     return value
 
 
@@ -238,9 +248,8 @@ def _decode(raw: bytes, size: int = PIECE_CHARS) -> str:
 
 
 def has_surrogate_escape(raw: bytes) -> bool:
-    """True when `raw` holds a ``\\uD800``-``\\uDFFF`` escape (a pair, or a lone half that
-    orjson refuses and :func:`loads` does not): searched a window at a time, windows overlapping
-    by more than an escape."""
+    """True when `raw` holds a ``\\uD800``-``\\uDFFF`` escape (a pair, or a lone half): searched
+    a window at a time, windows overlapping by more than an escape."""
     for start in range(0, len(raw), PIECE_CHARS):
         if _SURROGATE.search(raw, start, start + PIECE_CHARS + 8) is not None:
             return True
