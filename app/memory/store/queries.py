@@ -97,7 +97,7 @@ class MemoryQueries:
         records it at worst catches up once more than needed.
         """
         async with self.sessions() as session:
-            version = await self._version_in(session, user_id)
+            version = await version_of(session, user_id)
             query = _index_query(user_id)
             if since >= 0:
                 query = query.where(Memory.seq > since)
@@ -145,7 +145,7 @@ class MemoryQueries:
                 "recall_count": int(recalled or 0),
                 "oldest": _aware(oldest),
                 "newest": _aware(newest),
-                "version": await self._version_in(session, user_id),
+                "version": await version_of(session, user_id),
             }
 
     async def users(self) -> list[tuple[str, int]]:
@@ -155,11 +155,6 @@ class MemoryQueries:
         )
         async with self.sessions() as session:
             return [(u, int(n)) for u, n in await session.execute(query)]
-
-    @staticmethod
-    async def _version_in(session: AsyncSession, user_id: str) -> int:
-        value = await session.scalar(select(UserState.version).where(UserState.user_id == user_id))
-        return int(value or 0)
 
 
 def _index_query(user_id: str) -> Select[int, str, str, datetime, bytes | None, str | None]:
@@ -178,6 +173,12 @@ def _index_query(user_id: str) -> Select[int, str, str, datetime, bytes | None, 
 def _index_row(row: IndexColumns) -> IndexRow:
     key, type_, content, created_at, embedding, model = row
     return IndexRow(key, type_, content, aware(created_at), embedding, model)
+
+
+async def version_of(session: AsyncSession, user_id: str) -> int:
+    """The user's change sequence (0 before any write)."""
+    value = await session.scalar(select(UserState.version).where(UserState.user_id == user_id))
+    return int(value or 0)
 
 
 def own(user_id: str) -> Select[Memory]:

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.memory.store import events
 from app.memory.store.db import insert_for
+from app.memory.store.queries import own, version_of
 from app.memory.store.records import now
 from app.memory.store.tables import EventAction, Memory, MemorySource, UserState
 
@@ -60,7 +61,7 @@ class Writer:
         """The user's memories with these ids, by id (other users' are never returned)."""
         if not memory_ids:
             return {}
-        query = select(Memory).where(Memory.user_id == self.user_id, Memory.id.in_(memory_ids))
+        query = own(self.user_id).where(Memory.id.in_(memory_ids))
         return {row.id: row for row in await self._session.scalars(query)}
 
     def create(self, row: Memory, *, detail: str | None = None) -> None:
@@ -133,7 +134,7 @@ class Writer:
                 row.seq = self._bumped
             self.version = self._bumped
         else:
-            self.version = await current_version(self._session, self.user_id)
+            self.version = await version_of(self._session, self.user_id)
         await self._session.flush()
 
     def _wrote(self, row: Memory) -> None:
@@ -178,8 +179,3 @@ class Writer:
         )
         await self._session.execute(statement)
         self._bumped = None
-
-
-async def current_version(session: AsyncSession, user_id: str) -> int:
-    version = await session.scalar(select(UserState.version).where(UserState.user_id == user_id))
-    return int(version or 0)

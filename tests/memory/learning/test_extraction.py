@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +16,7 @@ from pydantic_ai import models
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.learning.applier import Applier
 from app.memory.learning.decisions import Op, Operation
@@ -30,6 +30,7 @@ from app.memory.learning.extraction import (
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.turns import Turn
 from app.memory.service import MemoryService
+from app.memory.store.memories import MemoryStore
 from app.memory.store.tables import ManagerJob, MemorySource
 from tests.conftest import AppClientFactory
 from tests.helpers import completion_json, sse
@@ -276,12 +277,7 @@ def test_a_long_conversation_first_seen_gives_its_last_turns_and_takes_them_all(
     assert exchange(turns, set(found.fingerprints), threshold=1) is None  # none left for later
 
 
-async def test_routine_jobs_merge_only_within_the_bound(tmp_path: Path) -> None:
-    from app.memory.store.db import create_engine, upgrade
-    from app.memory.store.memories import MemoryStore
-
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/q.db")
-    await upgrade(engine)
+async def test_routine_jobs_merge_only_within_the_bound(engine: AsyncEngine) -> None:
     queue = JobQueue(MemoryStore(engine).sessions, limit=100)
     turns: list[Turn] = []
     taken: set[str] = set()
@@ -300,20 +296,14 @@ async def test_routine_jobs_merge_only_within_the_bound(tmp_path: Path) -> None:
     async with queue._sessions() as session:
         sizes = sorted(len(job.payload["new"]) for job in await session.scalars(select(ManagerJob)))
     assert sizes == [10, MAX_JOB_TURNS]  # nothing dropped, no job over the bound
-    await engine.dispose()
 
 
 async def test_an_explicit_job_that_cannot_take_the_waiting_one_along_still_runs_now(
-    tmp_path: Path,
+    engine: AsyncEngine,
 ) -> None:
     """Jobs of a user run oldest first: an explicit job queued on its own (the two together
     would be over the bound) makes the routine one before it due now, instead of waiting the
     processing interval behind it."""
-    from app.memory.store.db import create_engine, upgrade
-    from app.memory.store.memories import MemoryStore
-
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/q.db")
-    await upgrade(engine)
     store = MemoryStore(engine)
     queue = JobQueue(store.sessions, limit=100)
     turns: list[Turn] = [Turn("user", "I live in Oslo"), Turn("assistant", "ok")]
@@ -337,16 +327,9 @@ async def test_an_explicit_job_that_cannot_take_the_waiting_one_along_still_runs
     assert (await queue.counts())["queued"] == 2
     (claimed,) = await queue.claim(5, exclude_users=set())  # was [] for an hour
     assert not claimed.explicit  # the older one first, then the explicit one
-    await engine.dispose()
 
 
-async def test_exchanges_within_the_interval_join_one_job(tmp_path: Path) -> None:
-    from app.memory.store.db import create_engine, upgrade
-
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/q.db")
-    await upgrade(engine)
-    from app.memory.store.memories import MemoryStore
-
+async def test_exchanges_within_the_interval_join_one_job(engine: AsyncEngine) -> None:
     store = MemoryStore(engine)
     queue = JobQueue(store.sessions, limit=100)
     turns = [Turn("user", "I live in Oslo"), Turn("assistant", "ok")]
@@ -386,15 +369,11 @@ async def test_exchanges_within_the_interval_join_one_job(tmp_path: Path) -> Non
         "I run",
         "Remember that I'm vegan",
     ]
-    await engine.dispose()
 
 
-async def test_a_full_queue_drops_the_oldest_routine_jobs_never_explicit(tmp_path: Path) -> None:
-    from app.memory.store.db import create_engine, upgrade
-    from app.memory.store.memories import MemoryStore
-
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/q.db")
-    await upgrade(engine)
+async def test_a_full_queue_drops_the_oldest_routine_jobs_never_explicit(
+    engine: AsyncEngine,
+) -> None:
     queue = JobQueue(MemoryStore(engine).sessions, limit=2)
     explicit = exchange([Turn("user", "Remember that I'm vegan")], set(), threshold=1)
     assert explicit is not None
@@ -407,7 +386,6 @@ async def test_a_full_queue_drops_the_oldest_routine_jobs_never_explicit(tmp_pat
     assert dropped == 2 and (await queue.counts())["queued"] == 2
     users = sorted(job.user_id for job in await queue.claim(10, exclude_users=set()))
     assert users == ["u0", "u3"]  # the explicit one stayed, the newest routine one too
-    await engine.dispose()
 
 
 async def test_failures_retry_then_park_and_jobs_retry_requeues(
