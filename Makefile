@@ -27,8 +27,8 @@ test: install
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check app tests bench migrations
-	$(BIN)/ruff format --check app tests bench migrations
+	$(BIN)/ruff check app tests bench migrations docker
+	$(BIN)/ruff format --check app tests bench migrations docker
 	$(BIN)/mypy app
 	$(BIN)/lint-imports
 

@@ -236,8 +236,10 @@ async def _jobs(memory: MemoryService, settings: Settings, args: Any, console: C
         return 0
     counts = await queue.counts(args.user)
     print(" ".join(f"{status} {n}" for status, n in counts.items()))
-    for job_id, user_id, reason in await queue.failed(args.user):
-        print(f"failed {job_id} user={user_id}: {reason}")
+    for parked in await queue.failed(args.user):
+        print(f"failed {parked.job_id} user={parked.user_id}: {parked.reason}")
+        if parked.answer is not None:  # what the Manager said instead of usable decisions
+            print(f"  answer: {' '.join(parked.answer.split())[:500]}")
     return 0
 
 

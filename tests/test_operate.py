@@ -105,7 +105,7 @@ async def test_upstream_latency_is_measured_by_endpoint_and_result(
     assert 'memproxy_upstream_seconds_count{endpoint="other",result="unreachable"} 1.0' in text
 
 
-async def test_manager_answers_that_stay_malformed_are_counted(
+async def test_manager_answers_that_stay_malformed_park_the_job_and_are_counted(
     make_client: Any, upstream: respx.Router, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", False)
@@ -125,11 +125,15 @@ async def test_manager_answers_that_stay_malformed_are_counted(
     text = ""
     for _ in range(500):
         text = (await client.get("/metrics")).text
-        if "memproxy_manager_jobs_applied_total 1.0" in text:  # counted after the drop
+        if "memproxy_manager_jobs_failed_total 1.0" in text:  # counted once parked
             break
         await asyncio.sleep(0.01)
-    assert "memproxy_manager_answers_dropped_total 1.0" in text
-    assert "memproxy_manager_jobs_applied_total 1.0" in text and len(calls) == 2  # 1 + 1 retry
+    assert "memproxy_manager_answers_unusable_total 1.0" in text
+    assert "memproxy_manager_jobs_applied_total 0.0" in text
+    assert len(calls) == 6  # three output modes, each answer sent back once
+    stats = (await client.get("/v1/memories/stats", headers={"X-User-Id": "ann"})).json()
+    (failure,) = stats["jobs"]["failures"]  # parked with what the Manager said, never dropped
+    assert stats["jobs"]["failed"] == 1 and failure["answer"] == "sure! I will remember that"
 
 
 OPERATOR_PAGES = ("/metrics", "/openapi.json", "/docs", "/redoc")

@@ -24,10 +24,9 @@ from app.memory.learning.decisions import Op
 from app.memory.learning.manager import (
     Manager,
     ManagerUnavailable,
-    Turn,
     build_http_client,
-    build_prompt,
 )
+from app.memory.learning.turns import turn
 from tests.fakes import FakeEmbedder
 from tests.helpers import assert_openai_error, chat_body, running
 from tests.servers import serve
@@ -114,15 +113,13 @@ async def test_verify_on_is_not_warned(
     assert not any("UPSTREAM_VERIFY" in r.getMessage() for r in caplog.records)
 
 
-def remember_prompt() -> str:
-    now = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
-    exchange = [Turn("user", "Remember that I play chess."), Turn("assistant", "Noted.")]
-    return build_prompt(now=now, memories=[], context=[], new=exchange, role_aware=True)
-
-
 async def decide(settings: Settings) -> list[Any] | None:
+    now = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    exchange = [turn("user", "Remember that I play chess."), turn("assistant", "Noted.")]
     async with build_http_client(settings) as http:
-        return await Manager(settings, http_client=http).decide("m", remember_prompt())
+        return await Manager(settings, http_client=http).decide(
+            "m", memories=[], context=[], new=exchange, now=now
+        )
 
 
 @pytest.mark.usefixtures("allow_model_requests")

@@ -110,13 +110,17 @@ async def search_memories(body: MemorySearch, caller: MemoryCallerDep) -> Search
 
 @router.get("/stats", responses=_ERRORS)
 async def memory_stats(request: Request, caller: MemoryCallerDep) -> dict[str, Any]:
-    """Counts of the user's memories, and of their Manager jobs (queued, running, failed with
-    the reasons)."""
+    """Counts of the user's memories, and of their Manager jobs: awaiting (the chat's answer
+    still on its way), queued, running, `pending` (all three: not yet learned from), failed
+    (with the reasons, and the Manager's answer when it was unusable)."""
     stats = await caller.memory.stats(caller.user_id)
     queue = request.app.state.services.jobs
     failed = await queue.failed(caller.user_id)
-    stats["jobs"] = await queue.counts(caller.user_id) | {
-        "failures": [{"job_id": j, "reason": r} for j, _, r in failed]
+    counts = await queue.counts(caller.user_id)
+    stats["jobs"] = counts | {
+        # Not yet learned from: from the moment the chat's answer has reached the client.
+        "pending": counts["awaiting"] + counts["queued"] + counts["running"],
+        "failures": [{"job_id": p.job_id, "reason": p.reason, "answer": p.answer} for p in failed],
     }
     return {"object": "memory.stats", "user_id": caller.user_id} | stats
 

@@ -1,7 +1,7 @@
 """The fake upstream's Manager: deterministic, honest decisions from a few sentence shapes.
 
 Not a model: it lets memproxy's learning be tried without one. It answers a request whose last
-user message is the Manager's prompt (:func:`app.memory.learning.manager.build_prompt`), reading
+user message is the Manager's prompt (:func:`app.memory.learning.prompt.build_prompt`), reading
 only the USER lines of the new exchange and the numbered existing memories:
 
 - "remember that X" (also "don't forget that X", "remember my/I ...") -> NEW, X in the third person;
@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 EXCHANGE = "The new exchange (decide from this):"
-_MEMORY = re.compile(r"^(\d+)\. (.*) \[\w+, noted [^\]]*\]$")
+_MEMORY = re.compile(r"^(\d+)\. (.*)$")
 _REMEMBER = re.compile(
     r"\b(?:remember|don'?t\s+forget|do\s+not\s+forget)\s+(?:that\s+(.+)|((?:i|i'm|my)\b.*))", re.I
 )

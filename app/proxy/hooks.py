@@ -17,13 +17,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from app.proxy.completion import Reply, read_reply
 from app.proxy.history import ConvertedHistory, convert
 from app.proxy.kinds import MemoryMode, RequestKind
 from app.proxy.offload import empty
 from app.schemas.openai import ChatCompletionRequest
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, eq=False)
+class Note(Generic[T]):
+    """A typed key for a hook's own note on a request (:meth:`RequestContext.note`): each hook
+    module owns its keys, so the proxy knows none of them and every value keeps its type."""
+
+    name: str
 
 
 @dataclass(slots=False)
@@ -42,8 +52,17 @@ class RequestContext:
     body_bytes: int = 0
     """The client body's size: a large one is worked on off the event loop
     (:func:`app.proxy.offload.off_loop`)."""
-    state: dict[str, Any] = field(default_factory=dict)
-    """The hooks' own notes from `before_forward` to `after_response` (e.g. a queued job)."""
+    _notes: dict[Note[Any], Any] = field(default_factory=dict, repr=False)
+
+    def note(self, key: Note[T], value: T) -> None:
+        """Keep the hook's own `value` from `before_forward` to `after_response` (e.g. a
+        queued job), under a key of the hook's."""
+        self._notes[key] = value
+
+    def noted(self, key: Note[T]) -> T | None:
+        """What was kept under `key`, or None."""
+        value: T | None = self._notes.get(key)
+        return value
 
     @property
     def model(self) -> str:
@@ -75,7 +94,7 @@ class RequestContext:
         """Let go of the parsed body, its validated messages and their history: for a large
         body, hundreds of thousands of objects (:class:`app.proxy.offload.CollectorPause`),
         freed a slice at a time (:func:`app.proxy.offload.empty`; freeing a whole list is one
-        call into C). Called off the loop once the hooks are done with them; `state` and the
+        call into C). Called off the loop once the hooks are done with them; the notes and the
         request's other fields stay."""
         converted: ConvertedHistory | None = self.__dict__.pop("history", None)
         lists = [self.body.get("messages"), self.request.messages]

@@ -22,7 +22,7 @@ from app.proxy import json_pieces
 from app.schemas.openai import UserMessage
 from tests.conftest import AppClientFactory
 from tests.helpers import completion_json
-from tests.memory.learning.test_extraction import Remembering, manager_client, services
+from tests.memory.learning.support import Remembering, manager_client, services
 
 ANN = {"X-User-Id": "ann"}
 PADDING = "x" * (offload.LARGE_BODY_BYTES + 10)

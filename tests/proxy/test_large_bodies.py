@@ -35,7 +35,7 @@ from app.proxy.offload import LARGE_BODY_BYTES, PIECE_CHARS, PIECE_ITEMS
 from app.schemas.openai import chat_request_adapter
 from tests.conftest import AppClientFactory
 from tests.helpers import completion_json
-from tests.memory.learning.test_extraction import Remembering, manager_client, services
+from tests.memory.learning.support import Remembering, manager_client, services
 
 ANN = {"X-User-Id": "ann"}
 LARGE_TEXT = "tell me more about the sea " * (LARGE_BODY_BYTES // 20)

@@ -28,24 +28,27 @@ import asyncio
 import logging
 import time
 
+from pydantic_ai.messages import ModelMessage
+
 from app.background import BackgroundRunner
 from app.config import Settings
 from app.memory.block import BLOCK_START, insert_memory_block, memory_block
 from app.memory.chat.query import recall_query
 from app.memory.learning.extraction import exchange
 from app.memory.learning.jobs import JobQueue
-from app.memory.learning.manager import transcript
-from app.memory.learning.turns import Turn, fingerprints_of
+from app.memory.learning.turns import fingerprints_of, turns_of
 from app.memory.learning.worker import Worker
 from app.memory.search.ranking import Hit
 from app.memory.service import MemoryService
 from app.metrics import Metrics
-from app.proxy.hooks import Completion, Outcome, Preparation, RequestContext
+from app.proxy.hooks import Completion, Note, Outcome, Preparation, RequestContext
 from app.proxy.offload import off_loop
 
 logger = logging.getLogger("memproxy.memory")
 
 INJECTED_HEADER = "X-Memories-Injected"
+JOB: Note[asyncio.Future[str | None]] = Note("memory job")
+"""The write of the request's Manager job, begun in `before_forward`: the job's id, or None."""
 
 
 class ChatMemory:
@@ -81,7 +84,7 @@ class ChatMemory:
             # an answer that never comes withdraws it (after_response). A write stuck behind a
             # locked database holds the answer for the busy timeout at most, then lands later.
             async def on_first_byte() -> None:
-                job: asyncio.Future[str | None] | None = ctx.state.get("job")
+                job = ctx.noted(JOB)
                 if job is not None:
                     await asyncio.wait({job}, timeout=self._write_wait)  # never cancels it
 
@@ -128,7 +131,8 @@ class ChatMemory:
             )
         job = None
         if on_first_byte is not None:
-            job = ctx.state["job"] = asyncio.ensure_future(self._prequeue(ctx))
+            job = asyncio.ensure_future(self._prequeue(ctx))
+            ctx.note(JOB, job)
         return Preparation(
             body=body,
             headers=headers,
@@ -147,7 +151,7 @@ class ChatMemory:
         )
 
     async def after_response(self, ctx: RequestContext, completion: Completion) -> None:
-        pending: asyncio.Future[str | None] | None = ctx.state.get("job")
+        pending = ctx.noted(JOB)
         if pending is None or self._queue is None:
             return
         job_id = await pending
@@ -194,10 +198,10 @@ class ChatMemory:
         return queued.job_id
 
 
-def _turns(ctx: RequestContext) -> tuple[list[Turn], list[tuple[int, str]]]:
+def _turns(ctx: RequestContext) -> tuple[list[ModelMessage], list[tuple[int, str]]]:
     """The conversation's turns and their fingerprints: converting, stripping and hashing a
     large body takes long, so this runs off the loop for one (:mod:`app.proxy.offload`)."""
-    turns = transcript(ctx.history, None)
+    turns = turns_of(ctx.history, None)
     return turns, fingerprints_of(turns)
 
 

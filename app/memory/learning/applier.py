@@ -5,9 +5,10 @@ shown (models invent UUIDs; they copy small numbers faithfully). :class:`Applier
 applies them, all of one job in one transaction (one version bump, every change audited with the
 job's id):
 
-- NEW creates. UPDATE with a known id updates; UPDATE without an id, or with an id that names no
-  memory (never shown, or deleted since), creates. DELETE with a known id deletes; DELETE without a
-  valid id fails and is logged. A pinned memory is never deleted by the Manager.
+- NEW creates, and never touches an existing memory (an id that came with it is ignored).
+- UPDATE and DELETE must name a memory the Manager was shown; any other id (or none) fails and is
+  logged. UPDATE of a shown memory updates it (or creates, when it was deleted since); DELETE
+  deletes it. A pinned memory is never deleted by the Manager.
 - Guard: a creation whose content is a near-duplicate of one of the user's memories (cosine of
   the best-matching part above ``MEMPROXY_DEDUP_THRESHOLD``), or of an earlier creation of the same
   job, creates nothing.
@@ -165,24 +166,23 @@ class Applier:
 
 
 def _plan(operation: Operation, aliases: dict[int, str], planned: list[_Planned]) -> str | None:
-    """Add the operation to `planned` by the v4 rules, or say why it fails."""
-    known = aliases.get(operation.id) if operation.id is not None else None
-    if operation.op is Op.DELETE:
+    """Add the operation to `planned` by the rules of the module docstring, or say why it
+    fails."""
+    if operation.op is not Op.NEW:  # UPDATE and DELETE name a memory the Manager was shown
+        known = aliases.get(operation.id) if operation.id is not None else None
         if known is None:
-            return "DELETE needs the number of a memory shown" + (
+            return f"{operation.op} needs the number of a memory shown" + (
                 f" (got {operation.id})" if operation.id is not None else ""
             )
+    else:
+        known = None  # NEW creates, whatever id came with it
+    if operation.op is Op.DELETE:
         planned.append(_Planned(operation, known))
         return None
     if not (operation.content or "").strip():
         return f"{operation.op} without content"
     operation.content = (operation.content or "").strip()
-    detail = None
-    if operation.op is Op.UPDATE and known is None:
-        detail = "UPDATE " + (
-            f"of unknown memory {operation.id}" if operation.id is not None else "without an id"
-        ) + ": created"  # fmt: skip
-    planned.append(_Planned(operation, known, detail=detail))
+    planned.append(_Planned(operation, known))
     return None
 
 

@@ -1,14 +1,26 @@
 """What the Manager decides: operations on a user's memories, by the numbers they were shown with.
 
-A leaf: the agent (:mod:`app.memory.learning.manager`) asks for these, the applier
-(:mod:`app.memory.learning.applier`) carries them out; neither imports the other for them.
+A leaf: the agent (:mod:`app.memory.learning.manager`) asks for :class:`Decisions`, the applier
+(:mod:`app.memory.learning.applier`) carries out :class:`Operation`\\ s; neither imports the other.
+
+The answer's schema says exactly what each operation needs, so that a server enforcing it (a
+grammar for ``json_schema``) can only produce usable answers, and an answer that does not fit is
+a failure to retry, never an empty list by default:
+
+- ``{"op": "NEW", "content": ..., "type"?: ...}`` creates (no ``id``: NEW never touches an
+  existing memory);
+- ``{"op": "UPDATE", "id": N, "content": ..., "type"?: ...}`` rewrites memory N;
+- ``{"op": "DELETE", "id": N}`` removes memory N;
+- ``operations`` is required (``[]`` when there is nothing to remember) and no other key is
+  accepted anywhere: ``{"properties": {"operations": [...]}}`` (a schema echoed back) is refused.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from app.memory.store.tables import MemoryType
 
@@ -20,7 +32,7 @@ class Op(StrEnum):
 
 
 class Operation(BaseModel):
-    """One decision of the Manager about the user's memories."""
+    """One decision of the Manager about the user's memories, as the applier takes it."""
 
     op: Op
     id: int | None = None
@@ -28,3 +40,63 @@ class Operation(BaseModel):
     content: str | None = Field(default=None, max_length=4000)
     """For NEW and UPDATE: the memory, one self-contained statement about the user."""
     type: MemoryType | None = None
+
+
+Content = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
+Alias = Annotated[int, Field(ge=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class New(_Strict):
+    """Remember something not among the memories shown."""
+
+    op: Literal[Op.NEW]
+    content: Content
+    """One short statement about the user, in the third person."""
+    type: MemoryType = MemoryType.FACT
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_id(cls, data: Any) -> Any:
+        # Small models often write "id": null on every operation: harmless, so dropped. A real
+        # id on a NEW is refused (it used to overwrite that memory).
+        if isinstance(data, dict) and "id" in data and data["id"] is None:
+            return {k: v for k, v in data.items() if k != "id"}
+        return data
+
+    def operation(self) -> Operation:
+        return Operation(op=Op.NEW, content=self.content, type=self.type)
+
+
+class Update(_Strict):
+    """Rewrite the memory shown with number `id` (the user corrected or refined it)."""
+
+    op: Literal[Op.UPDATE]
+    id: Alias
+    content: Content
+    type: MemoryType | None = None
+
+    def operation(self) -> Operation:
+        return Operation(op=Op.UPDATE, id=self.id, content=self.content, type=self.type)
+
+
+class Delete(_Strict):
+    """Remove the memory shown with number `id` (no longer true, or the user asked)."""
+
+    op: Literal[Op.DELETE]
+    id: Alias
+
+    def operation(self) -> Operation:
+        return Operation(op=Op.DELETE, id=self.id)
+
+
+class Decisions(_Strict):
+    """The Manager's answer: every operation on the user's memories; ``[]`` for none."""
+
+    operations: list[Annotated[New | Update | Delete, Field(discriminator="op")]]
+
+    def normalized(self) -> list[Operation]:
+        return [o.operation() for o in self.operations]

@@ -17,7 +17,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.memory.learning.turns import Turn, fingerprints_of
+from pydantic_ai.messages import ModelMessage, ModelRequest
+
+from app.memory.learning.turns import fingerprints_of, text_of
 
 EXPLICIT = re.compile(
     r"\b(?:"
@@ -83,8 +85,8 @@ def is_explicit(text: str) -> bool:
 class Exchange:
     """What a job will give the Manager."""
 
-    context: list[Turn]
-    new: list[Turn]
+    context: list[ModelMessage]
+    new: list[ModelMessage]
     fingerprints: list[str]
     """Of the new user turns: recorded with the job."""
     explicit: bool
@@ -94,7 +96,7 @@ class Exchange:
 
 
 def exchange(
-    turns: Sequence[Turn],
+    turns: Sequence[ModelMessage],
     processed: set[str],
     *,
     threshold: int,
@@ -114,7 +116,7 @@ def exchange(
     if len(turns) - begin > MAX_JOB_TURNS:  # the last fresh user turns that fit, from a user turn
         begin = next((i for i, _ in fresh if len(turns) - i <= MAX_JOB_TURNS), fresh[-1][0])
     new = list(turns[begin:])
-    explicit = any(is_explicit(t.text) for t in new if t.role == "user")
+    explicit = any(is_explicit(text_of(t)) for t in new if isinstance(t, ModelRequest))
     if not explicit and len(marks) < threshold:
         return None
     start = max(0, begin - CONTEXT_TURNS)

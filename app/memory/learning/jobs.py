@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from pydantic_ai.messages import ModelMessage, ModelRequest
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.learning.extraction import MAX_JOB_TURNS, Exchange, for_manager
-from app.memory.learning.turns import fingerprints_of
+from app.memory.learning.job_book import JobBook
+from app.memory.learning.turns import dump, fingerprints_of, load, role_of, text_of, turn
 from app.memory.store.db import insert_for, writing
 from app.memory.store.records import aware, now
 from app.memory.store.tables import JobStatus, ManagerJob, ManagerState, ProcessedTurn
@@ -45,6 +47,17 @@ class Job:
     explicit: bool
     attempts: int
     payload: dict[str, Any]
+    """As stored: the chat's ``model``, its ``context`` and ``new`` turns (:func:`dump`), and the
+    ``fingerprints`` the job took."""
+
+    @property
+    def model(self) -> str:
+        """The chat request's model (the Manager's, unless one is configured)."""
+        return str(self.payload["model"])
+
+    def turns(self) -> tuple[list[ModelMessage], list[ModelMessage]]:
+        """The turns before the new ones (context only), and the new ones."""
+        return load(self.payload["context"]), load(self.payload["new"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,17 +72,24 @@ SQL_BATCH = 256
 compile (on the event loop) and exceeds SQLite's limit of bound parameters."""
 
 
-def _owned(exchange: Exchange, taken: set[str]) -> list[list[str]]:
+def _for_manager(message: ModelMessage) -> ModelMessage:
+    """The turn as a job stores it: a long one cut to its start and end."""
+    text = text_of(message)
+    cut = for_manager(text)
+    return message if cut is text else turn(role_of(message), cut)
+
+
+def _owned(exchange: Exchange, taken: set[str]) -> list[ModelMessage]:
     """The exchange's new turns this job took: its user turns, each with the replies after it."""
     marks = dict(exchange.marks or fingerprints_of([*exchange.context, *exchange.new]))
     offset = len(exchange.context)
-    out: list[list[str]] = []
+    out: list[ModelMessage] = []
     keep = False
-    for i, turn in enumerate(exchange.new):
-        if turn.role == "user":
+    for i, message in enumerate(exchange.new):
+        if isinstance(message, ModelRequest):
             keep = marks.get(offset + i) in taken
         if keep:
-            out.append([turn.role, for_manager(turn.text)])
+            out.append(_for_manager(message))
     return out
 
 
@@ -77,9 +97,9 @@ def _too_many(pending: ManagerJob, job: ManagerJob) -> bool:
     return len(pending.payload["new"]) + len(job.payload["new"]) > MAX_JOB_TURNS
 
 
-class JobQueue:
+class JobQueue(JobBook):
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, limit: int = 1000) -> None:
-        self._sessions = sessions
+        super().__init__(sessions)
         self._limit = limit
 
     async def processed(self, user_id: str, fingerprints: list[str]) -> set[str]:
@@ -124,8 +144,8 @@ class JobQueue:
                 id=str(uuid.uuid4()), user_id=user_id, explicit=exchange.explicit,
                 status=JobStatus.AWAITING.value, attempts=0, next_attempt_at=stamp,
                 payload={"model": model,
-                         "context": [[t.role, for_manager(t.text)] for t in exchange.context],
-                         "new": _owned(exchange, taken), "fingerprints": sorted(taken)},
+                         "context": dump([_for_manager(t) for t in exchange.context]),
+                         "new": dump(_owned(exchange, taken)), "fingerprints": sorted(taken)},
                 created_at=stamp,
             )  # fmt: skip
             session.add(job)
@@ -147,7 +167,7 @@ class JobQueue:
             if job is None:
                 return 0  # taken over at a restart, or withdrawn
             if reply and reply.strip():
-                new = [*job.payload["new"], ["assistant", for_manager(reply)]]
+                new = [*job.payload["new"], *dump([turn("assistant", for_manager(reply))])]
                 job.payload = {**job.payload, "new": new}
             return (await self._place(session, job, interval_seconds)).dropped
 
@@ -275,57 +295,3 @@ class JobQueue:
         gone (applied by another process, or dropped): the caller must then apply nothing."""
         result = await w.execute(delete(ManagerJob).where(ManagerJob.id == job_id))
         return bool(result.rowcount)  # type: ignore[attr-defined]
-
-    async def retry_later(self, job_id: str, error: str, delay_seconds: float) -> None:
-        await self._set(job_id, status=JobStatus.QUEUED.value, error=error,
-                        next_attempt_at=now() + timedelta(seconds=delay_seconds))  # fmt: skip
-
-    async def park(self, job_id: str, error: str) -> None:
-        await self._set(job_id, status=JobStatus.FAILED.value, error=error)
-
-    async def requeue_running(self) -> int:
-        """At start: jobs a stopped process was running, or whose answer it was waiting for,
-        are queued (the latter without the answer: the user's words are what counts)."""
-        stopped = [JobStatus.RUNNING.value, JobStatus.AWAITING.value]
-        async with writing(self._sessions) as session:
-            result = await session.execute(
-                update(ManagerJob)
-                .where(ManagerJob.status.in_(stopped))
-                .values(status=JobStatus.QUEUED.value, next_attempt_at=now())
-            )
-            return int(result.rowcount or 0)  # type: ignore[attr-defined]
-
-    async def retry_failed(self, user_id: str | None = None) -> int:
-        """Failed jobs queued again, from their first attempt (`memproxy jobs retry`)."""
-        query = update(ManagerJob).where(ManagerJob.status == JobStatus.FAILED.value)
-        if user_id is not None:
-            query = query.where(ManagerJob.user_id == user_id)
-        async with writing(self._sessions) as session:
-            result = await session.execute(
-                query.values(status=JobStatus.QUEUED.value, attempts=0, next_attempt_at=now())
-            )
-            return int(result.rowcount or 0)  # type: ignore[attr-defined]
-
-    async def counts(self, user_id: str | None = None) -> dict[str, int]:
-        query = select(ManagerJob.status, func.count()).group_by(ManagerJob.status)
-        if user_id is not None:
-            query = query.where(ManagerJob.user_id == user_id)
-        async with self._sessions() as session:
-            found = {status: int(n) for status, n in await session.execute(query)}
-        return {s.value: found.get(s.value, 0) for s in JobStatus}
-
-    async def failed(self, user_id: str | None = None) -> list[tuple[str, str, str | None]]:
-        """(job id, user, reason) of parked jobs."""
-        query = select(ManagerJob.id, ManagerJob.user_id, ManagerJob.error).where(
-            ManagerJob.status == JobStatus.FAILED.value
-        )
-        if user_id is not None:
-            query = query.where(ManagerJob.user_id == user_id)
-        async with self._sessions() as session:
-            return [(i, u, e) for i, u, e in await session.execute(query.order_by(ManagerJob.key))]
-
-    async def _set(self, job_id: str, **values: Any) -> None:
-        async with writing(self._sessions) as session:
-            await session.execute(
-                update(ManagerJob).where(ManagerJob.id == job_id).values(**values)
-            )

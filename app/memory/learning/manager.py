@@ -1,21 +1,29 @@
 """The Manager: a PydanticAI agent that reads a conversation and decides what to remember.
 
-What it is shown (:func:`build_prompt`):
+It is shown its instructions and one job's prompt (:mod:`app.memory.learning.prompt`), and
+answers :class:`~app.memory.learning.decisions.Decisions` in one of three output modes
+(``MEMPROXY_MANAGER_OUTPUT_MODE``):
 
-- the current date and time;
-- the user's existing memories most related to the exchange, each numbered 1, 2, 3... (the real
-  ids never reach the model: models invent UUIDs; :mod:`app.memory.learning.applier` maps back);
-- the conversation from the PydanticAI history the proxy converted (:func:`transcript`): the
-  earlier turns as context, the new exchange to extract from. Role-aware (the default), it sees
-  both sides marked USER and ASSISTANT and is told that only what the user says about
-  themselves is a memory; never the system prompt, documents, or tool output, which are left
-  out of the transcript entirely. Not role-aware, it sees the user's messages only.
+- ``json_schema``: JSON text constrained by the server to the schema (OpenAI's
+  ``response_format``; llama.cpp, vLLM and Ollama enforce it with a grammar);
+- ``tool``: a call of an output tool (``tool_choice: required``, which not every server
+  enforces: llama.cpp's does not);
+- ``prompted``: JSON text following the schema given in the instructions, unenforced.
 
-What it answers: :class:`Decisions`, a list of :class:`~app.memory.learning.applier.Operation`, as a
-tool call (OpenAI-compatible servers) or as JSON in its text (``ollama``: local models follow a
-schema in the prompt more reliably than they call tools). A malformed answer is sent back to the
-model up to ``MEMPROXY_MANAGER_MAX_RETRIES`` times, then dropped with a log line. A model that
-cannot be asked raises :class:`ManagerUnavailable`, naming the URL and model that failed.
+``auto`` (the default) tries them in that order and remembers, per server and model, the first
+that gave a usable answer; a mode the server refuses (an HTTP error) or whose answers do not fit
+is passed over for the next. Within a mode, an answer that does not fit is sent back once with
+the validation error (``MEMPROXY_MANAGER_MAX_RETRIES``).
+
+Promises:
+
+- :meth:`Manager.decide` returns the operations, or raises: :class:`ManagerAnswerUnusable` when
+  the model answered but nothing it said fits (the worker parks the job as failed, with the raw
+  answer, for inspection and ``memproxy jobs retry``; its turns are never dropped), or
+  :class:`ManagerUnavailable` when the model could not be asked (the worker retries later). Both
+  name the URL (password masked) and model, never a key.
+- A job's whole conversation with the model, every mode and retry included, takes at most
+  ``MEMPROXY_MANAGER_JOB_TIMEOUT_SECONDS`` and ``MEMPROXY_MANAGER_JOB_MAX_TOKENS`` output tokens.
 
 Its HTTP client is an ``httpx2.AsyncClient`` (:func:`build_http_client`), the client
 pydantic-ai's OpenAI-compatible providers are built on (a legacy ``httpx`` one is deprecated).
@@ -23,121 +31,45 @@ pydantic-ai's OpenAI-compatible providers are built on (a legacy ``httpx`` one i
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Literal
 
 import httpx2
-from pydantic import BaseModel, Field
-from pydantic_ai import Agent, PromptedOutput, ToolOutput
+from pydantic_ai import Agent, NativeOutput, PromptedOutput, ToolOutput, capture_run_messages
 from pydantic_ai.exceptions import (
     ModelHTTPError,
     ModelRequestTimeout,
     ModelTimeoutError,
     UnexpectedModelBehavior,
+    UsageLimitExceeded,
 )
-from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models import Model
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.ollama import OllamaProvider
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
+from pydantic_ai.usage import RunUsage, UsageLimits
 
 from app.config import Settings
 from app.errors import causes
 from app.log import mask_url
-from app.memory.foreign import strip_foreign
-from app.memory.learning.decisions import Operation
-from app.memory.learning.turns import Turn
-from app.memory.store.tables import MemoryType
-from app.proxy.history import ConvertedHistory
+from app.memory.learning.decisions import Decisions, Operation
+from app.memory.learning.prompt import ANSWER_SHAPE, INSTRUCTIONS, Shown, build_prompt
 from app.proxy.tls import ssl_context, verification_failed, verification_hint
-from app.schemas.openai import content_text
 
 logger = logging.getLogger("memproxy.manager")
 
-INSTRUCTIONS = f"""You keep the long-term memory of an assistant about one user.
-Read the new exchange and decide which memories to add, change or remove.
-
-Rules:
-- A memory is something the USER says about themselves: facts about their life, preferences,
-  what they know or work with, events with their dates, corrections, feedback on the assistant.
-- Never remember what the ASSISTANT says, general knowledge, or anything the user only asks about.
-- NEW adds a memory. UPDATE changes the memory with the given number (when the user corrects or
-  refines it). DELETE removes the memory with the given number (when the user says it is no longer
-  true or asks to forget it). Use only numbers of the memories listed.
-- Write each memory as one short, self-contained statement in the third person, with absolute dates
-  ("Moved to Oslo in May 2025"), never "yesterday".
-- Do not repeat a memory that is already listed. When there is nothing to remember, answer with no
-  operations.
-- type is one of: {", ".join(t.value for t in MemoryType)}.
-"""
-
-
-class Decisions(BaseModel):
-    """The Manager's answer."""
-
-    operations: list[Operation] = Field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Shown:
-    """An existing memory as the Manager sees it."""
-
-    alias: int
-    content: str
-    type: str
-    created_at: datetime
-
-
-def transcript(history: ConvertedHistory, reply: str | None) -> list[Turn]:
-    """User and assistant text of a conversation, oldest first; the assistant's `reply` to the last
-    user message ends it. System prompts, tool calls and tool results are left out, and so is
-    another memory system's block in a user message (:mod:`app.memory.foreign`)."""
-    turns: list[Turn] = []
-    for message in history.history:
-        if isinstance(message, ModelRequest):
-            for part in message.parts:
-                if isinstance(part, UserPromptPart):
-                    turns.append(Turn("user", strip_foreign(content_text(part.content))))
-        elif isinstance(message, ModelResponse):
-            text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
-            if text.strip():
-                turns.append(Turn("assistant", text))
-    if history.prompt is not None:
-        turns.append(Turn("user", strip_foreign(content_text(history.prompt))))
-    if reply and reply.strip():
-        turns.append(Turn("assistant", reply))
-    return [t for t in turns if t.text.strip()]
-
-
-def build_prompt(
-    *,
-    now: datetime,
-    memories: Sequence[Shown],
-    context: Sequence[Turn],
-    new: Sequence[Turn],
-    role_aware: bool,
-) -> str:
-    """The Manager's user prompt (the module docstring says what goes in and why)."""
-    if not role_aware:
-        context = [t for t in context if t.role == "user"]
-        new = [t for t in new if t.role == "user"]
-    lines = [f"Current date and time: {now.strftime('%A %d %B %Y, %H:%M %Z').strip()}", ""]
-    lines.append("Existing memories:" if memories else "Existing memories: none yet.")
-    lines += [
-        f"{m.alias}. {m.content} [{m.type}, noted {m.created_at.date().isoformat()}]"
-        for m in memories
-    ]
-    if context:
-        lines += ["", "Earlier in the conversation (context only, already processed):"]
-        lines += [_line(t) for t in context]
-    lines += ["", "The new exchange (decide from this):"]
-    lines += [_line(t) for t in new]
-    return "\n".join(lines)
-
+OutputMode = Literal["json_schema", "tool", "prompted"]
+AUTO_ORDER: tuple[OutputMode, ...] = ("json_schema", "tool", "prompted")
+REFUSED_STATUSES = frozenset({400, 404, 405, 415, 422, 500, 501})
+"""HTTP statuses by which a server may refuse an output mode (llama-cpp-python answers a
+``json_schema`` request with a 500): ``auto`` tries the next mode."""
+RAW_ANSWER_CHARS = 4000
 
 CONNECT_TIMEOUT_SECONDS = 10.0
 
@@ -155,6 +87,15 @@ class ManagerUnavailable(Exception):
     message names its URL (password masked) and model, never a key."""
 
 
+class ManagerAnswerUnusable(Exception):
+    """The model answered, but nothing it said fits :class:`Decisions`, through every retry and
+    mode; `answer` is its last answer as it came (cut to :data:`RAW_ANSWER_CHARS`)."""
+
+    def __init__(self, reason: str, answer: str) -> None:
+        super().__init__(reason)
+        self.answer = answer
+
+
 class Manager:
     def __init__(
         self, settings: Settings, *, http_client: httpx2.AsyncClient, model: Model | None = None
@@ -164,6 +105,8 @@ class Manager:
         self._http = http_client
         self._model = model
         self._base_url = settings.manager_base_url or settings.upstream_base_url
+        self._works: dict[tuple[str, str], OutputMode] = {}
+        """(server, model) -> the output mode that last gave a usable answer (``auto``)."""
 
     def where(self, request_model: str) -> str:
         """Which model at which server answers for a chat that used `request_model`."""
@@ -185,18 +128,81 @@ class Manager:
             provider = OpenAIProvider(base_url=base_url, api_key=key, http_client=self._http)
         return OpenAIChatModel(s.manager_model or request_model, provider=provider)
 
-    async def decide(self, request_model: str, prompt: str) -> list[Operation] | None:
-        """The operations the Manager chose; None when its answers stayed malformed through the
-        retries (dropped: asking again will not help). Failing to reach the model raises
-        :class:`ManagerUnavailable` (the worker retries the job later)."""
+    async def decide(
+        self,
+        request_model: str,
+        *,
+        memories: Sequence[Shown],
+        context: Sequence[ModelMessage],
+        new: Sequence[ModelMessage],
+        now: datetime,
+    ) -> list[Operation]:
+        """The operations the Manager chose about the `new` turns (the earlier `context` turns
+        and the user's related `memories` shown with them). Raises as the module says."""
         s = self._settings
-        output = (
-            PromptedOutput(Decisions) if s.manager_provider == "ollama" else ToolOutput(Decisions)
+        prompt = build_prompt(
+            now=now, memories=memories, context=context, new=new, role_aware=s.role_aware
         )
+        model = self.model_for(request_model)
+        where = (self._base_url, s.manager_model or request_model)
+        usage = RunUsage()
+        unusable: ManagerAnswerUnusable | None = None
+        refused: BaseException | None = None
+        try:
+            async with asyncio.timeout(s.manager_job_timeout_seconds):
+                for mode in self._modes(where):
+                    if usage.output_tokens >= s.manager_job_max_tokens:
+                        break  # the job's budget is spent: no other mode gets a go
+                    try:
+                        operations = await self._ask(model, mode, prompt, usage)
+                    except ManagerAnswerUnusable as exc:
+                        unusable = exc
+                        continue
+                    except ModelHTTPError as exc:
+                        if exc.status_code not in REFUSED_STATUSES:
+                            raise
+                        refused = exc
+                        continue
+                    if self._works.get(where) != mode:
+                        logger.info("%s: output mode %s works", self.where(request_model), mode)
+                        self._works[where] = mode
+                    return operations
+        except ManagerAnswerUnusable:
+            raise
+        except Exception as exc:
+            if self._model is not None and not isinstance(exc, TimeoutError):
+                raise  # a test's stand-in: no server to name
+            cause = _cause(exc, s.manager_timeout_seconds, s.manager_job_timeout_seconds)
+            raise ManagerUnavailable(f"{self.where(request_model)}: {cause}") from exc
+        if unusable is not None:
+            raise ManagerAnswerUnusable(f"{self.where(request_model)}: {unusable}",
+                                        unusable.answer)  # fmt: skip
+        assert refused is not None
+        cause = _cause(refused, s.manager_timeout_seconds, s.manager_job_timeout_seconds)
+        raise ManagerUnavailable(f"{self.where(request_model)}: {cause}") from refused
+
+    def _modes(self, where: tuple[str, str]) -> list[OutputMode]:
+        configured = self._settings.manager_output_mode
+        if configured != "auto":
+            return [configured]
+        known = self._works.get(where)
+        return [known, *(m for m in AUTO_ORDER if m != known)] if known else list(AUTO_ORDER)
+
+    async def _ask(
+        self, model: Model, mode: OutputMode, prompt: str, usage: RunUsage
+    ) -> list[Operation]:
+        """One mode's run (its retries included); the job's `usage` so far counts against the
+        job's token bound."""
+        s = self._settings
+        output: Any = {
+            "json_schema": NativeOutput(Decisions),
+            "tool": ToolOutput(Decisions),
+            "prompted": PromptedOutput(Decisions),
+        }[mode]
         agent = Agent(
-            self.model_for(request_model),
+            model,
             output_type=output,
-            instructions=INSTRUCTIONS,
+            instructions=INSTRUCTIONS + ("" if mode == "tool" else ANSWER_SHAPE),
             retries=s.manager_max_retries,
             model_settings=ModelSettings(
                 temperature=s.manager_temperature,
@@ -204,26 +210,41 @@ class Manager:
                 timeout=s.manager_timeout_seconds,
             ),
         )
-        try:
-            result = await agent.run(prompt)
-        except UnexpectedModelBehavior as exc:
-            logger.warning("manager answer dropped: %s", exc)
-            return None
-        except Exception as exc:
-            if self._model is not None:  # a test's stand-in: no server to name
-                raise
-            cause = _cause(exc, s.manager_timeout_seconds)
-            raise ManagerUnavailable(f"{self.where(request_model)}: {cause}") from exc
-        return result.output.operations
+        limits = UsageLimits(request_limit=None, output_tokens_limit=s.manager_job_max_tokens)
+        with capture_run_messages() as messages:
+            try:
+                result = await agent.run(prompt, usage=usage, usage_limits=limits)
+            except UnexpectedModelBehavior as exc:
+                raise ManagerAnswerUnusable(f"{mode}: {exc.message}", _raw(messages)) from exc
+            except UsageLimitExceeded as exc:
+                raise ManagerAnswerUnusable(
+                    f"{mode}: no usable answer within {s.manager_job_max_tokens} output tokens "
+                    "(MEMPROXY_MANAGER_JOB_MAX_TOKENS)",
+                    _raw(messages),
+                ) from exc
+        decisions: Decisions = result.output
+        return decisions.normalized()
 
 
-def _cause(exc: BaseException, timeout: float) -> str:
+def _raw(messages: Sequence[ModelMessage]) -> str:
+    """The model's last answer as it came: its text, or its tool calls' arguments."""
+    last = next((m for m in reversed(messages) if isinstance(m, ModelResponse)), None)
+    if last is None:
+        return ""
+    pieces = [p.content for p in last.parts if isinstance(p, TextPart)]
+    pieces += [p.args_as_json_str() for p in last.parts if isinstance(p, ToolCallPart)]
+    return "\n".join(pieces)[:RAW_ANSWER_CHARS]
+
+
+def _cause(exc: BaseException, timeout: float, job_timeout: float) -> str:
     """What went wrong, in a few words: the SDKs' own ("Connection error.") say too little."""
     if isinstance(exc, ModelHTTPError):
         return f"answered HTTP {exc.status_code}: {str(exc.body)[:200]}"
     chain = causes(exc)
     if (failed := verification_failed(exc)) is not None:
         return verification_hint(failed)
+    if isinstance(exc, TimeoutError):  # the job's own bound (the calls' bound is theirs)
+        return f"no answer within {job_timeout:g} s (MEMPROXY_MANAGER_JOB_TIMEOUT_SECONDS)"
     for link in chain:
         if isinstance(link, ConnectionRefusedError):
             return "connection refused"
@@ -234,7 +255,3 @@ def _cause(exc: BaseException, timeout: float) -> str:
             return f"no answer within {timeout:g} s (MEMPROXY_MANAGER_TIMEOUT_SECONDS)"
     innermost = chain[-1]
     return f"{type(innermost).__name__}: {innermost}"
-
-
-def _line(turn: Turn) -> str:
-    return f"{turn.role.upper()}: {' '.join(turn.text.split())}"

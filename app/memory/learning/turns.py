@@ -1,24 +1,97 @@
-"""A conversation's turns as the Manager sees them, and their fingerprints.
+"""A conversation's turns as the Manager sees them: PydanticAI messages, and their fingerprints.
 
-A leaf of the learning package. A turn's fingerprint is its identity across the client's resends
-of the whole conversation: a hash of it and the turn before it, whitespace-normalised (never the
-text itself), recorded when a job takes the turn.
+A leaf of the learning package. The Manager consumes the history the proxy converted
+(:mod:`app.proxy.history`) as PydanticAI messages, narrowed to the words of the two sides
+(:func:`turns_of`). A *turn* is one message:
+
+- the user's: a ``ModelRequest`` with one ``UserPromptPart`` holding text;
+- the assistant's: a ``ModelResponse`` with one ``TextPart``.
+
+Everything else in the history (system prompts, tool calls and returns, images and files, another
+memory system's block) is left out: none of it is the user speaking. A job keeps its turns in
+PydanticAI's own JSON (:func:`dump`, :func:`load`), so the queue, the worker and the agent pass
+one type from the chat to the Manager.
+
+A turn's fingerprint is its identity across the client's resends of the whole conversation: a
+hash of it and the turn before it, whitespace-normalised (never the text itself), recorded when a
+job takes the turn.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
+
+from app.memory.foreign import strip_foreign
+from app.proxy.history import ConvertedHistory
 from app.proxy.offload import text_pieces
+from app.schemas.openai import content_text
+
+Role = Literal["user", "assistant"]
 
 
-@dataclass(frozen=True, slots=True)
-class Turn:
-    role: Literal["user", "assistant"]
-    text: str
+def turn(role: Role, text: str) -> ModelMessage:
+    """One turn as a PydanticAI message."""
+    if role == "user":
+        return ModelRequest(parts=[UserPromptPart(text)])
+    return ModelResponse(parts=[TextPart(text)])
+
+
+def role_of(message: ModelMessage) -> Role:
+    return "user" if isinstance(message, ModelRequest) else "assistant"
+
+
+def text_of(message: ModelMessage) -> str:
+    """The message's words: its user prompts' text, or its text parts."""
+    if isinstance(message, ModelRequest):
+        return "\n".join(
+            content_text(p.content) for p in message.parts if isinstance(p, UserPromptPart)
+        )
+    return "".join(p.content for p in message.parts if isinstance(p, TextPart))
+
+
+def turns_of(history: ConvertedHistory, reply: str | None) -> list[ModelMessage]:
+    """The user's and the assistant's turns of a conversation, oldest first; the assistant's
+    `reply` to the last user message ends it. Consecutive user messages (one ``ModelRequest`` in
+    the history) stay separate turns; empty ones are left out."""
+    found: list[tuple[Role, str]] = []
+    for message in history.history:
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, UserPromptPart):
+                    found.append(("user", strip_foreign(content_text(part.content))))
+        elif isinstance(message, ModelResponse):
+            found.append(("assistant", text_of(message)))
+    if history.prompt is not None:
+        found.append(("user", strip_foreign(content_text(history.prompt))))
+    if reply is not None:
+        found.append(("assistant", reply))
+    return [turn(role, text) for role, text in found if text.strip()]
+
+
+def dump(messages: Sequence[ModelMessage]) -> list[Any]:
+    """Turns as a job stores them: PydanticAI's JSON form of messages."""
+    return ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")  # type: ignore[no-any-return]
+
+
+def load(stored: Sequence[Any]) -> list[ModelMessage]:
+    """Turns a job stored (:func:`dump`). A job queued before turns were messages holds
+    ``[role, text]`` pairs: those are read as turns too, so an upgrade loses no queued job."""
+    if all(isinstance(item, dict) for item in stored):
+        return ModelMessagesTypeAdapter.validate_python(stored)
+    return [
+        turn(item[0], item[1]) if isinstance(item, list) else load([item])[0] for item in stored
+    ]
 
 
 def fingerprint(previous: str, text: str) -> str:
@@ -41,10 +114,10 @@ def _add_words(digest: Any, text: str) -> None:
             first = False
 
 
-def fingerprints_of(turns: Sequence[Turn]) -> list[tuple[int, str]]:
+def fingerprints_of(turns: Sequence[ModelMessage]) -> list[tuple[int, str]]:
     """(index, fingerprint) of each user turn."""
     return [
-        (i, fingerprint(turns[i - 1].text if i else "", turn.text))
-        for i, turn in enumerate(turns)
-        if turn.role == "user"
+        (i, fingerprint(text_of(turns[i - 1]) if i else "", text_of(message)))
+        for i, message in enumerate(turns)
+        if isinstance(message, ModelRequest)
     ]

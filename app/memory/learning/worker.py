@@ -7,8 +7,8 @@ deleted in the same transaction (:mod:`app.memory.learning.applier`). Up to
 be reached, or any other failure, sends the job back with exponential backoff
 (``MEMPROXY_MANAGER_RETRY_SECONDS``, doubled each time); after ``MEMPROXY_MANAGER_JOB_ATTEMPTS``
 attempts the job is parked as failed with the reason (``memproxy jobs retry`` queues it again); a
-Manager that could not be asked is named in it by URL and model. An answer that stays malformed
-is dropped.
+Manager that could not be asked is named in it by URL and model. A job whose answer could not be
+used is parked at once, with that answer: its turns are never dropped.
 """
 
 from __future__ import annotations
@@ -17,13 +17,16 @@ import asyncio
 import logging
 from contextlib import suppress
 
+from pydantic_ai.messages import ModelRequest
+
 from app.config import Settings
 from app.memory.learning.applier import Applier
 from app.memory.learning.decisions import Operation
 from app.memory.learning.extraction import CONTEXT_TURNS
 from app.memory.learning.jobs import Job, JobQueue
-from app.memory.learning.manager import Manager, ManagerUnavailable, Shown, build_prompt
-from app.memory.learning.turns import Turn
+from app.memory.learning.manager import Manager, ManagerAnswerUnusable, ManagerUnavailable
+from app.memory.learning.prompt import Shown
+from app.memory.learning.turns import text_of
 from app.memory.service import MemoryService
 from app.memory.store.records import now
 from app.metrics import Metrics
@@ -53,7 +56,6 @@ class Worker:
         self._concurrency = settings.manager_concurrency
         self._attempts = settings.manager_job_attempts
         self._retry_seconds = settings.manager_retry_seconds
-        self._role_aware = settings.role_aware
         self._wakeup = asyncio.Event()
         self._running: dict[asyncio.Task[None], str] = {}
         self._loop_task: asyncio.Task[None] | None = None
@@ -106,7 +108,7 @@ class Worker:
         try:
             operations, aliases = await self._decide(job)
             outcomes = await self._applier.apply(
-                job.user_id, operations or [], aliases, job_id=job.id, queue=self._queue
+                job.user_id, operations, aliases, job_id=job.id, queue=self._queue
             )
             self._metrics.jobs_applied.inc()
             for outcome in outcomes:
@@ -114,6 +116,13 @@ class Worker:
             logger.info("job %s applied: %s", job.id, ", ".join(o.result for o in outcomes) or "-")
         except asyncio.CancelledError:
             raise
+        except ManagerAnswerUnusable as exc:
+            # Asking the same model again gives the same answer: parked at once, with it, until
+            # `memproxy jobs retry` (e.g. after MEMPROXY_MANAGER_MODEL names a better model).
+            self._metrics.answers_unusable.inc()
+            self._metrics.jobs_failed.inc()
+            logger.warning("job %s parked: the manager's answer was unusable: %s", job.id, exc)
+            await self._queue.park(job.id, str(exc)[:1000], answer=exc.answer)
         except Exception as exc:
             reason = (
                 str(exc) if isinstance(exc, ManagerUnavailable) else f"{type(exc).__name__}: {exc}"
@@ -127,10 +136,9 @@ class Worker:
                 logger.info("job %s failed (%s); retrying in %.0f s", job.id, reason, delay)
                 await self._queue.retry_later(job.id, reason, delay)
 
-    async def _decide(self, job: Job) -> tuple[list[Operation] | None, dict[int, str]]:
-        new = [Turn(role, text) for role, text in job.payload["new"]]
-        context = [Turn(role, text) for role, text in job.payload["context"]][-CONTEXT_TURNS:]
-        query = " ".join(t.text for t in new if t.role == "user")[-2000:]
+    async def _decide(self, job: Job) -> tuple[list[Operation], dict[int, str]]:
+        context, new = job.turns()
+        query = " ".join(text_of(t) for t in new if isinstance(t, ModelRequest))[-2000:]
         found = await self._service.search(
             job.user_id, query or "-", limit=RELATED_MEMORIES, min_score=0.0, background=True
         )
@@ -139,13 +147,9 @@ class Worker:
             for i, f in enumerate(found, start=1)
         ]
         aliases = {s.alias: f.memory.id for s, f in zip(shown, found, strict=True)}
-        prompt = build_prompt(
-            now=now(), memories=shown, context=context, new=new, role_aware=self._role_aware
+        operations = await self._manager.decide(
+            job.model, memories=shown, context=context[-CONTEXT_TURNS:], new=new, now=now()
         )
-        operations = await self._manager.decide(job.payload["model"], prompt)
-        if operations is None:
-            self._metrics.answers_dropped.inc()
-            logger.warning("job %s: the manager's answer was unusable; the job is dropped", job.id)
         return operations, aliases
 
 

@@ -163,9 +163,16 @@ def _trace(source: Path, output: Path) -> dict[str, Any]:
     """The whole sentence-transformers pipeline as one ONNX graph in `output`, with the manifest
     that goes with it; raises (and leaves nothing) unless it reproduces sentence-transformers."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local files only, whatever the caller set
-    import torch
-    from sentence_transformers import SentenceTransformer
-    from transformers.utils import logging as transformers_logging
+    try:
+        import torch
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+    except ImportError as exc:  # a serving-only install (the Docker image's): no exporting there
+        raise RuntimeError(
+            f"no ONNX export of {source} in {output.parent}, and this install cannot make one "
+            f"({exc.name} is not installed); make it where memproxy is fully installed: "
+            f"MEMPROXY_EMBEDDING_CACHE_DIR={output.parent} memproxy model prepare"
+        ) from None
 
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # JSON logs
     model = SentenceTransformer(str(source), device="cpu", local_files_only=True).eval()

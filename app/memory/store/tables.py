@@ -133,7 +133,8 @@ class JobStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     FAILED = "failed"
-    """Out of retries; kept with its error until `memproxy jobs retry`."""
+    """Out of retries, or the Manager's answer was unusable; kept with its error (and that
+    answer) until `memproxy jobs retry`."""
 
 
 class ManagerJob(Base):
@@ -153,6 +154,8 @@ class ManagerJob(Base):
     next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    answer: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """The Manager's last answer, as it came, when it could not be used (kept for inspection)."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (Index("ix_manager_jobs_status_user", "status", "user_id", "key"),)

@@ -10,14 +10,15 @@ import orjson
 import pytest
 import respx
 from pydantic_ai import models
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai.models.function import AgentInfo
 
 from app.memory.chat.query import recall_query
 from app.memory.foreign import strip_foreign
 from tests.conftest import AppClientFactory
+from tests.fakes import decided
 from tests.helpers import completion_json
-from tests.memory.learning.test_extraction import manager_client, until
+from tests.memory.learning.support import manager_client, until
 
 # As Open WebUI builds it (backend/open_webui/utils/memory.py, add_memory_context): appended to
 # the first system message after a newline, one record a line under a section title.
@@ -52,7 +53,7 @@ class Recording:
     def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         request = next(m for m in messages if isinstance(m, ModelRequest))
         self.prompts.append(str(request.parts[-1].content))
-        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"operations": []})])
+        return decided(info, {"operations": []})
 
 
 def test_strip_foreign_keeps_what_surrounds_the_block() -> None:

@@ -45,13 +45,26 @@ async def test_new_creates_and_update_of_a_known_id_updates(service: MemoryServi
 
 
 @pytest.mark.parametrize("alias", [None, 99], ids=["no id", "unknown id"])
-async def test_update_without_a_known_id_creates(service: MemoryService, alias: int | None) -> None:
+async def test_update_of_a_memory_never_shown_is_refused(
+    service: MemoryService, alias: int | None
+) -> None:
     aliases = await seed(service, "Lives in Oslo")
     (outcome,) = await Applier(service).apply(
         "ann", [Operation(op=Op.UPDATE, id=alias, content="Plays the cello")], aliases, job_id="j"
     )
-    assert outcome.result == "created" and outcome.reason and "created" in outcome.reason
-    assert await contents(service) == {"Lives in Oslo", "Plays the cello"}
+    assert outcome.result == "failed" and "number of a memory shown" in (outcome.reason or "")
+    assert await contents(service) == {"Lives in Oslo"}
+
+
+async def test_new_with_an_id_creates_and_leaves_that_memory_alone(service: MemoryService) -> None:
+    """A chit-chat turn's NEW carrying id 1 once replaced "Vegetarian Salad" with a fact about
+    Canberra: a NEW creates, whatever id it carries."""
+    aliases = await seed(service, "Likes Vegetarian Salad")
+    (outcome,) = await Applier(service).apply(
+        "ann", [Operation(op=Op.NEW, id=1, content="Plays the cello")], aliases, job_id="j"
+    )
+    assert outcome.result == "created" and outcome.memory_id != aliases[1]
+    assert await contents(service) == {"Likes Vegetarian Salad", "Plays the cello"}
 
 
 async def test_update_of_a_memory_deleted_since_the_prompt_creates(service: MemoryService) -> None:
@@ -94,7 +107,7 @@ async def test_near_duplicates_are_not_created_twice(service: MemoryService) -> 
     aliases = await seed(service, "Has a ginger cat called Tom")
     outcomes = await Applier(service, dedup_threshold=0.9).apply("ann", [
         Operation(op=Op.NEW, content="has a ginger cat called Tom"),  # same words: cosine 1
-        Operation(op=Op.UPDATE, content="Has a ginger cat called Tom."),  # creating UPDATE too
+        Operation(op=Op.NEW, content="Has a ginger cat called Tom."),
         Operation(op=Op.NEW, content="Started learning the piano"),
         Operation(op=Op.NEW, content="started learning the PIANO"),  # repeats the one above
     ], aliases, job_id="j")  # fmt: skip
@@ -161,7 +174,7 @@ async def test_deleting_all_memories_erases_their_history_fingerprints_and_jobs(
 ) -> None:
     from app.memory.learning.extraction import exchange
     from app.memory.learning.jobs import JobQueue
-    from app.memory.learning.turns import Turn
+    from app.memory.learning.turns import turn
 
     services = client._transport.app.state.services  # type: ignore[attr-defined]
     created = (
@@ -178,7 +191,7 @@ async def test_deleting_all_memories_erases_their_history_fingerprints_and_jobs(
         "deleted",
     ]  # one deletion keeps it
     queue: JobQueue = services.jobs
-    found = exchange([Turn("user", "I have a cat")], set(), threshold=1)
+    found = exchange([turn("user", "I have a cat")], set(), threshold=1)
     assert found is not None
     await queue.enqueue("ann", "m", found, interval_seconds=0)
     await queue.enqueue("bob", "m", found, interval_seconds=0)

@@ -23,7 +23,7 @@ from sqlalchemy import event, func, select
 from app.devtools.fake_upstream import FakeUpstream
 from app.memory.learning.extraction import exchange
 from app.memory.learning.jobs import JobQueue
-from app.memory.learning.turns import Turn
+from app.memory.learning.turns import load, role_of, text_of, turn
 from app.memory.store.db import create_engine, upgrade
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
@@ -98,7 +98,7 @@ def queued_turns(database: Path) -> list[str]:
         payloads = [
             json.loads(p) for (p,) in connection.execute("SELECT payload FROM manager_jobs")
         ]
-    return [text for p in payloads for role, text in p["new"] if role == "user"]
+    return [text_of(t) for p in payloads for t in load(p["new"]) if role_of(t) == "user"]
 
 
 def test_a_completed_chat_survives_a_kill_at_once(tmp_path: Path) -> None:
@@ -179,7 +179,7 @@ async def test_two_processes_hammering_one_file_never_see_database_is_locked(
             user = USERS[(n + i) % len(USERS)]
             text = f"writer {n} round {i}: I keep bees"
             texts.append(text)
-            found = exchange([Turn("user", text)], set(), threshold=1)
+            found = exchange([turn("user", text)], set(), threshold=1)
             assert found is not None
             queued = await queue.enqueue(user, "m", found, interval_seconds=0, awaiting=True)
             assert queued is not None
@@ -200,7 +200,7 @@ async def test_two_processes_hammering_one_file_never_see_database_is_locked(
     finally:
         for engine in engines:
             await engine.dispose()
-    queued = [text for payload in payloads for role, text in payload["new"] if role == "user"]
+    queued = [text_of(t) for p in payloads for t in load(p["new"]) if role_of(t) == "user"]
     assert sorted(queued) == sorted(texts)  # each exchange in exactly one job
     assert turns == len(texts)
     assert memories == len(keys) + len(texts)

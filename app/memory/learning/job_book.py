@@ -1,0 +1,89 @@
+"""The Manager queue's book-keeping: what became of jobs, for the worker, stats and the CLI.
+
+:class:`~app.memory.learning.jobs.JobQueue` is a :class:`JobBook`: this half changes a job's
+status after a run (retry later, park as failed), requeues at start and on request, and reads
+counts; the queue itself (:mod:`app.memory.learning.jobs`) decides which turns become which job.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.memory.store.db import writing
+from app.memory.store.records import now
+from app.memory.store.tables import JobStatus, ManagerJob
+
+
+class Parked(NamedTuple):
+    """A job parked as failed."""
+
+    job_id: str
+    user_id: str
+    reason: str | None
+    answer: str | None
+    """The Manager's last answer when it was unusable (None when it could not be asked)."""
+
+
+class JobBook:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def retry_later(self, job_id: str, error: str, delay_seconds: float) -> None:
+        await self._set(job_id, status=JobStatus.QUEUED.value, error=error,
+                        next_attempt_at=now() + timedelta(seconds=delay_seconds))  # fmt: skip
+
+    async def park(self, job_id: str, error: str, *, answer: str | None = None) -> None:
+        """Failed for good, until `memproxy jobs retry`; `answer`: the Manager's unusable one."""
+        await self._set(job_id, status=JobStatus.FAILED.value, error=error, answer=answer)
+
+    async def requeue_running(self) -> int:
+        """At start: jobs a stopped process was running, or whose answer it was waiting for,
+        are queued (the latter without the answer: the user's words are what counts)."""
+        stopped = [JobStatus.RUNNING.value, JobStatus.AWAITING.value]
+        async with writing(self._sessions) as session:
+            result = await session.execute(
+                update(ManagerJob)
+                .where(ManagerJob.status.in_(stopped))
+                .values(status=JobStatus.QUEUED.value, next_attempt_at=now())
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def retry_failed(self, user_id: str | None = None) -> int:
+        """Failed jobs queued again, from their first attempt (`memproxy jobs retry`)."""
+        query = update(ManagerJob).where(ManagerJob.status == JobStatus.FAILED.value)
+        if user_id is not None:
+            query = query.where(ManagerJob.user_id == user_id)
+        async with writing(self._sessions) as session:
+            result = await session.execute(
+                query.values(status=JobStatus.QUEUED.value, attempts=0, next_attempt_at=now())
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def counts(self, user_id: str | None = None) -> dict[str, int]:
+        query = select(ManagerJob.status, func.count()).group_by(ManagerJob.status)
+        if user_id is not None:
+            query = query.where(ManagerJob.user_id == user_id)
+        async with self._sessions() as session:
+            found = {status: int(n) for status, n in await session.execute(query)}
+        return {s.value: found.get(s.value, 0) for s in JobStatus}
+
+    async def failed(self, user_id: str | None = None) -> list[Parked]:
+        """Parked jobs, oldest first."""
+        query = select(
+            ManagerJob.id, ManagerJob.user_id, ManagerJob.error, ManagerJob.answer
+        ).where(ManagerJob.status == JobStatus.FAILED.value)
+        if user_id is not None:
+            query = query.where(ManagerJob.user_id == user_id)
+        async with self._sessions() as session:
+            rows = await session.execute(query.order_by(ManagerJob.key))
+            return [Parked(*row) for row in rows]
+
+    async def _set(self, job_id: str, **values: Any) -> None:
+        async with writing(self._sessions) as session:
+            await session.execute(
+                update(ManagerJob).where(ManagerJob.id == job_id).values(**values)
+            )

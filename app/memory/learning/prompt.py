@@ -1,0 +1,96 @@
+"""What the Manager's model reads: its instructions and the prompt of one job.
+
+The prompt (:func:`build_prompt`) holds:
+
+- the current date and time;
+- the user's existing memories most related to the exchange, each as ``N. content`` with N = 1,
+  2, 3... (the real ids never reach the model: models invent UUIDs;
+  :mod:`app.memory.learning.applier` maps back). Nothing else goes on a memory's line: small
+  models copy whatever stands beside a memory into the memories they write (a ``[fact, noted
+  2026-11-23]`` suffix was copied, and accumulated, turn after turn);
+- the conversation, as the PydanticAI messages of its turns (:mod:`app.memory.learning.turns`):
+  the earlier turns as context, the new exchange to extract from, written out as a transcript,
+  not handed over as the agent's own message history (a model given a chat as its history goes
+  on with the chat instead of reading it). Role-aware (the default), both sides are shown,
+  marked USER and ASSISTANT, and only what the user says about themselves is a memory; not
+  role-aware, the user's messages only. System prompts, documents and tool output are not turns.
+
+The instructions hold no example fact: a small model stored the example ("Moved to Oslo in May
+2025") as the user's memory. The shape of an answer is shown with placeholders only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic_ai.messages import ModelMessage, ModelRequest
+
+from app.memory.learning.turns import role_of, text_of
+from app.memory.store.tables import MemoryType
+
+EXCHANGE = "The new exchange (decide from this):"
+
+INSTRUCTIONS = f"""You keep the long-term memory of an assistant about one user.
+Read the new exchange and decide which memories to add, change or remove.
+
+Rules:
+- A memory is something the USER says about themselves: facts about their life, preferences,
+  what they know or work with, events with their dates, corrections, feedback on the assistant.
+- Never remember what the ASSISTANT says, general knowledge, or anything the user only asks about.
+- One fact per memory: a message with two facts gives two operations.
+- NEW adds a memory. UPDATE changes the memory with the given number (when the user corrects or
+  refines it). DELETE removes the memory with the given number (when the user says it is no longer
+  true or asks to forget it). Use only numbers of the memories listed.
+- Write each memory as one short, self-contained statement in the third person, in the user's own
+  terms, with absolute dates (a day, month or year; never "yesterday" or "next week").
+- Do not repeat a memory that is already listed. When there is nothing to remember, answer with an
+  empty list of operations.
+- type is one of: {", ".join(t.value for t in MemoryType)}.
+"""
+
+ANSWER_SHAPE = """
+Answer with JSON only, of this shape (<...> are placeholders, not memories):
+{"operations": [{"op": "NEW", "content": "<statement>", "type": "<type>"},
+{"op": "UPDATE", "id": <number>, "content": "<statement>"}, {"op": "DELETE", "id": <number>}]}
+"""
+"""Added to the instructions when the answer is JSON in the text (``json_schema``, ``prompted``):
+a small model keeps a shape shown this way better than the schema alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """An existing memory as the Manager sees it."""
+
+    alias: int
+    content: str
+    type: str
+    created_at: datetime
+
+
+def build_prompt(
+    *,
+    now: datetime,
+    memories: Sequence[Shown],
+    context: Sequence[ModelMessage],
+    new: Sequence[ModelMessage],
+    role_aware: bool,
+) -> str:
+    """The Manager's user prompt (the module docstring says what goes in and why)."""
+    if not role_aware:
+        context = [t for t in context if isinstance(t, ModelRequest)]
+        new = [t for t in new if isinstance(t, ModelRequest)]
+    lines = [f"Current date and time: {now.strftime('%A %d %B %Y, %H:%M %Z').strip()}", ""]
+    lines.append("Existing memories:" if memories else "Existing memories: none yet.")
+    lines += [f"{m.alias}. {' '.join(m.content.split())}" for m in memories]
+    if context:
+        lines += ["", "Earlier in the conversation (context only, already processed):"]
+        lines += [_line(t) for t in context]
+    lines += ["", EXCHANGE]
+    lines += [_line(t) for t in new]
+    return "\n".join(lines)
+
+
+def _line(turn: ModelMessage) -> str:
+    return f"{role_of(turn).upper()}: {' '.join(text_of(turn).split())}"

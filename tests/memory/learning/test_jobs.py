@@ -1,0 +1,255 @@
+"""The Manager's job queue: routine exchanges merge within the bound and the interval, a full
+queue drops routine jobs only, failures retry then park (the CLI requeues them), a job applies
+once, and a crash mid-job loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import respx
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.memory.learning.applier import Applier
+from app.memory.learning.decisions import Op, Operation
+from app.memory.learning.extraction import MAX_JOB_TURNS, exchange
+from app.memory.learning.jobs import JobQueue
+from app.memory.learning.turns import turn
+from app.memory.service import MemoryService
+from app.memory.store.memories import MemoryStore
+from app.memory.store.tables import ManagerJob, MemorySource
+from tests.conftest import AppClientFactory
+from tests.memory.learning.support import (
+    ANN,
+    Remembering,
+    equals,
+    manager_client,
+    memories,
+    no_jobs,
+    said,
+    services,
+    until,
+)
+
+
+async def test_routine_jobs_merge_only_within_the_bound(engine: AsyncEngine) -> None:
+    queue = JobQueue(MemoryStore(engine).sessions, limit=100)
+    turns: list[ModelMessage] = []
+    taken: set[str] = set()
+    jobs = []
+    for i in range(MAX_JOB_TURNS // 2 + 5):  # two turns an exchange
+        turns += [turn("user", f"fact {i}"), turn("assistant", "ok")]
+        found = exchange(turns, taken, threshold=1)
+        assert found is not None
+        taken |= set(found.fingerprints)
+        queued = await queue.enqueue("ann", "m", found, interval_seconds=3600)
+        assert queued is not None
+        jobs.append(queued.job_id)
+    assert len(set(jobs)) == 2 and await queue.counts() == {
+        "awaiting": 0, "queued": 2, "running": 0, "failed": 0
+    }  # fmt: skip
+    async with queue._sessions() as session:
+        sizes = sorted(len(job.payload["new"]) for job in await session.scalars(select(ManagerJob)))
+    assert sizes == [10, MAX_JOB_TURNS]  # nothing dropped, no job over the bound
+
+
+async def test_an_explicit_job_that_cannot_take_the_waiting_one_along_still_runs_now(
+    engine: AsyncEngine,
+) -> None:
+    """Jobs of a user run oldest first: an explicit job queued on its own (the two together
+    would be over the bound) makes the routine one before it due now, instead of waiting the
+    processing interval behind it."""
+    store = MemoryStore(engine)
+    queue = JobQueue(store.sessions, limit=100)
+    turns: list[ModelMessage] = [turn("user", "I live in Oslo"), turn("assistant", "ok")]
+    first = exchange(turns, set(), threshold=1)
+    assert first is not None
+    await queue.enqueue("ann", "m", first, interval_seconds=0)
+    (done,) = await queue.claim(5, exclude_users=set())
+    async with store.writing("ann", MemorySource.MANAGER, job_id=done.id) as w:
+        assert await queue.consume(w, done.id)  # the user's last job: the interval runs from now
+    taken = set(first.fingerprints)
+    for explicit in (False, True):
+        start = len(turns)
+        turns += [turn("user" if i % 2 == 0 else "assistant", f"turn {start + i}")
+                  for i in range(MAX_JOB_TURNS // 2 + 8)]  # fmt: skip
+        if explicit:
+            turns[-2] = turn("user", "Remember that I am vegan")
+        found = exchange(turns, taken, threshold=1)
+        assert found is not None and found.explicit is explicit
+        taken |= set(found.fingerprints)
+        await queue.enqueue("ann", "m", found, interval_seconds=3600)
+    assert (await queue.counts())["queued"] == 2
+    (claimed,) = await queue.claim(5, exclude_users=set())  # was [] for an hour
+    assert not claimed.explicit  # the older one first, then the explicit one
+
+
+async def test_exchanges_within_the_interval_join_one_job(engine: AsyncEngine) -> None:
+    store = MemoryStore(engine)
+    queue = JobQueue(store.sessions, limit=100)
+    turns = [turn("user", "I live in Oslo"), turn("assistant", "ok")]
+    first = exchange(turns, set(), threshold=1)
+    assert first is not None
+    one = await queue.enqueue("ann", "m", first, interval_seconds=0)
+    (claimed,) = await queue.claim(5, exclude_users=set())  # the first runs; the next must wait
+    later = [*turns, turn("user", "I have a cat"), turn("assistant", "ok")]
+    second = exchange(later, set(first.fingerprints), threshold=1)
+    third = exchange(
+        [*later, turn("user", "I run")], set(first.fingerprints + second.fingerprints), threshold=1
+    )  # type: ignore[union-attr]
+    assert second is not None and third is not None
+    two = await queue.enqueue("ann", "m", second, interval_seconds=3600)
+    three = await queue.enqueue("ann", "m", third, interval_seconds=3600)
+    assert claimed.id == one.job_id and two.job_id == three.job_id  # joined, due in an hour
+    assert await queue.counts() == {"awaiting": 0, "queued": 1, "running": 1, "failed": 0}
+    assert (
+        await queue.claim(5, exclude_users=set()) == []
+    )  # ann has one running; the next is not due
+    explicit = exchange([*later, turn("user", "I run"), turn("assistant", "ok"), turn("user", "Remember that I'm vegan")],
+                        set(first.fingerprints + second.fingerprints + third.fingerprints), threshold=1)  # fmt: skip
+    assert explicit is not None and explicit.explicit
+    merged = await queue.enqueue("ann", "m", explicit, interval_seconds=3600)
+    assert merged.job_id != two.job_id and await queue.counts() == {
+        "awaiting": 0,
+        "queued": 1,
+        "running": 1,
+        "failed": 0,
+    }
+    await queue.retry_later(claimed.id, "done elsewhere", 0)  # the first job leaves "running"
+    async with store.writing("ann", MemorySource.MANAGER, job_id=claimed.id) as w:
+        assert await queue.consume(w, claimed.id)
+    (due,) = await queue.claim(5, exclude_users=set())
+    _, new = due.turns()
+    assert [text for _, text in said(new) if text != "ok"] == [
+        "I have a cat",
+        "I run",
+        "Remember that I'm vegan",
+    ]
+
+
+async def test_a_full_queue_drops_the_oldest_routine_jobs_never_explicit(
+    engine: AsyncEngine,
+) -> None:
+    queue = JobQueue(MemoryStore(engine).sessions, limit=2)
+    explicit = exchange([turn("user", "Remember that I'm vegan")], set(), threshold=1)
+    assert explicit is not None
+    await queue.enqueue("u0", "m", explicit, interval_seconds=0)
+    dropped = 0
+    for i in range(1, 4):
+        routine = exchange([turn("user", f"I have {i} cats")], set(), threshold=1)
+        assert routine is not None
+        dropped += (await queue.enqueue(f"u{i}", "m", routine, interval_seconds=0)).dropped
+    assert dropped == 2 and (await queue.counts())["queued"] == 2
+    users = sorted(job.user_id for job in await queue.claim(10, exclude_users=set()))
+    assert users == ["u0", "u3"]  # the explicit one stayed, the newest routine one too
+
+
+async def test_failures_retry_then_park_and_jobs_retry_requeues(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    calls = 0
+
+    def unreachable(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError("manager unreachable")
+
+    client = await manager_client(make_client, unreachable, manager_job_attempts=3)
+    await client.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]},
+        headers=ANN,
+    )
+    queue: JobQueue = services(client).jobs
+    await until(lambda: _failed(queue))
+    assert calls == 3
+    ((_job_id, user, reason, _answer),) = await queue.failed()
+    assert user == "ann" and "manager unreachable" in (reason or "")
+    assert await queue.retry_failed("ann") == 1
+    await until(lambda: _failed(queue))  # still unreachable: parked again after 3 more attempts
+    assert calls == 6
+
+
+async def _failed(queue: JobQueue) -> bool:
+    return (await queue.counts())["failed"] == 1
+
+
+async def test_a_job_already_applied_is_not_applied_again(make_client: AppClientFactory) -> None:
+    client = await make_client()
+    service: MemoryService = services(client).memory
+    queue = JobQueue(service.store.sessions)
+    outcomes = await Applier(service).apply(
+        "ann", [Operation(op=Op.NEW, content="Lives in Oslo")], {}, job_id="gone", queue=queue
+    )
+    assert outcomes == [] and await memories(client) == []
+
+
+async def test_a_crash_mid_job_loses_nothing_and_applies_once(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    """The process stops while the Manager is thinking; the next start finishes the job, once."""
+    started = asyncio.Event()
+
+    async def stuck(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        started.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    first = await manager_client(make_client, stuck)
+    await first.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]},
+        headers=ANN,
+    )
+    await asyncio.wait_for(started.wait(), 10)
+    worker = services(first).worker
+    await worker.stop()  # the process dies: the job stays "running", nothing was committed
+    queue: JobQueue = services(first).jobs
+    assert await queue.counts() == {"awaiting": 0, "queued": 0, "running": 1, "failed": 0}
+
+    manager = Remembering()
+    second = await manager_client(make_client, manager)  # a new process on the same database
+    await until(lambda: equals(memories(second), ["I live in Oslo"]))
+    await until(lambda: no_jobs(second))
+    await asyncio.sleep(0.2)
+    assert manager.seen == [["I live in Oslo"]] and await memories(second) == ["I live in Oslo"]
+
+
+async def test_failed_jobs_show_in_stats_and_the_cli_requeues_them(
+    make_client: AppClientFactory, upstream_ok: respx.Route, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def unreachable(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise ConnectionError("manager unreachable")
+
+    client = await manager_client(make_client, unreachable, manager_job_attempts=1)
+    await client.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]},
+        headers=ANN,
+    )
+    queue: JobQueue = services(client).jobs
+    await until(lambda: _failed(queue))
+    await services(client).worker.stop()  # the CLI is another process
+    stats = (await client.get("/v1/memories/stats", headers=ANN)).json()["jobs"]
+    assert stats["failed"] == 1 and "manager unreachable" in stats["failures"][0]["reason"]
+    assert (await client.get("/v1/memories/stats", headers={"X-User-Id": "bob"})).json()["jobs"][
+        "failed"
+    ] == 0
+
+    from app import cli
+    from tests.fakes import FakeEmbedder
+
+    assert await asyncio.to_thread(cli.main, ["jobs", "list"], embedder=FakeEmbedder()) == 0
+    listed = capsys.readouterr().out
+    assert "failed 1" in listed and "user=ann: ConnectionError: manager unreachable" in listed
+    assert (
+        await asyncio.to_thread(
+            cli.main, ["jobs", "retry", "--user", "ann"], embedder=FakeEmbedder()
+        )
+        == 0
+    )
+    assert "queued again: 1" in capsys.readouterr().err
+    assert (await queue.counts("ann"))["queued"] == 1
