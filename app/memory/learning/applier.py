@@ -7,8 +7,9 @@ job's id):
 
 - NEW creates, and never touches an existing memory (an id that came with it is ignored).
 - UPDATE and DELETE must name a memory the Manager was shown; any other id (or none) fails and is
-  logged. UPDATE of a shown memory updates it (or creates, when it was deleted since); DELETE
-  deletes it. A pinned memory is never deleted by the Manager.
+  logged. UPDATE of a shown memory updates it (or creates, when it was deleted since, or when
+  the new text is unrelated to it: :data:`UNRELATED_BELOW`); DELETE deletes it. A pinned memory
+  is never deleted by the Manager.
 - Guard: a creation whose content is a near-duplicate of one of the user's memories (cosine of
   the best-matching part above ``MEMPROXY_DEDUP_THRESHOLD``), or of an earlier creation of the same
   job, creates nothing.
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.memory.learning.decisions import Op, Operation
-from app.memory.search.parts import Embedded, embed_for_store
+from app.memory.search.parts import Embedded, decode, embed_for_store
 from app.memory.service import MemoryService
 from app.memory.store.records import now
 from app.memory.store.tables import Memory, MemorySource, MemoryType
@@ -142,7 +143,9 @@ class Applier:
                     continue
                 embedded = plan.embedded
                 assert embedded is not None and operation.content is not None
-                if row is not None:  # UPDATE of a known memory
+                dim = self._service.embedder.dim
+                unrelated = _unrelated(row, embedded, dim) if row is not None else None
+                if row is not None and unrelated is None:  # UPDATE of a known memory
                     before = row.content
                     row.content = operation.content
                     row.type = (operation.type or MemoryType(row.type)).value
@@ -151,7 +154,12 @@ class Applier:
                     outcomes.append(Applied(operation, "updated", row.id))
                     continue
                 detail = plan.detail or (
-                    "UPDATE of a memory deleted since; created" if plan.memory_id else None
+                    f"UPDATE of an unrelated memory (cosine {unrelated:.2f}): created, "
+                    f"{plan.memory_id} kept"
+                    if unrelated is not None
+                    else "UPDATE of a memory deleted since; created"
+                    if plan.memory_id
+                    else None
                 )
                 created = Memory(
                     id=_new_id(), user_id=user_id, content=operation.content,
@@ -184,6 +192,24 @@ def _plan(operation: Operation, aliases: dict[int, str], planned: list[_Planned]
     operation.content = (operation.content or "").strip()
     planned.append(_Planned(operation, known))
     return None
+
+
+UNRELATED_BELOW = 0.2
+"""An UPDATE whose new text has a cosine below this with the memory it names creates a memory
+instead, and the named one stays: small models answer "UPDATE 2" for a new fact ("Daughter Mia
+turns 7 on 3 May" over "Lives in Lyon": 0.11), and that overwrote a true memory. Measured with
+the bundled embedder: a real change of the same fact scores 0.44 ("Lives in Grenoble" /
+"Lives in Lyon"), 0.68, 0.84; "Moved to Grenoble in 2026" / "Lives in Lyon" scores 0.16 and so
+is kept beside it: a stale memory is cheaper than a lost one."""
+
+
+def _unrelated(row: Memory, embedded: Embedded, dim: int) -> float | None:
+    """The cosine of an UPDATE's text with the memory it names, when below
+    :data:`UNRELATED_BELOW`; None when related (or not comparable: another model's vectors)."""
+    if row.embedding is None or row.embedding_model != embedded.model:
+        return None
+    similarity = float(decode(row.embedding, dim)[0] @ embedded.vectors[0])
+    return similarity if similarity < UNRELATED_BELOW else None
 
 
 def _new_id() -> str:

@@ -17,10 +17,11 @@ a failure to retry, never an empty list by default:
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, model_validator
 
 from app.memory.store.tables import MemoryType
 
@@ -100,3 +101,27 @@ class Decisions(_Strict):
 
     def normalized(self) -> list[Operation]:
         return [o.operation() for o in self.operations]
+
+
+class NewOnly(_Strict):
+    """The Manager's answer when no memory was shown: only NEW is possible."""
+
+    operations: list[New]
+
+    def normalized(self) -> list[Operation]:
+        return [o.operation() for o in self.operations]
+
+
+@functools.cache
+def decisions_for(shown: int) -> type[Decisions] | type[NewOnly]:
+    """The answer's schema for a job that showed `shown` memories: UPDATE and DELETE may only
+    name 1..`shown`, and with none shown there is no UPDATE or DELETE at all. A server that
+    enforces the schema (``json_schema``) then cannot produce an id it was not shown: a 1.5B
+    model answered "UPDATE 1" with no memory listed, even for small talk."""
+    if shown <= 0:
+        return NewOnly
+    numbers = Annotated[int, Field(ge=1, le=shown)]
+    update = create_model("Update", __base__=Update, id=(numbers, ...))
+    delete = create_model("Delete", __base__=Delete, id=(numbers, ...))
+    operation = Annotated[New | update | delete, Field(discriminator="op")]
+    return create_model("Decisions", __base__=Decisions, operations=(list[operation], ...))

@@ -58,7 +58,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from app.config import Settings
 from app.errors import causes
 from app.log import mask_url
-from app.memory.learning.decisions import Decisions, Operation
+from app.memory.learning.decisions import Decisions, NewOnly, Operation, decisions_for
 from app.memory.learning.prompt import ANSWER_SHAPE, INSTRUCTIONS, Shown, build_prompt
 from app.proxy.tls import ssl_context, verification_failed, verification_hint
 
@@ -154,7 +154,7 @@ class Manager:
                     if usage.output_tokens >= s.manager_job_max_tokens:
                         break  # the job's budget is spent: no other mode gets a go
                     try:
-                        operations = await self._ask(model, mode, prompt, usage)
+                        operations = await self._ask(model, mode, prompt, usage, len(memories))
                     except ManagerAnswerUnusable as exc:
                         unusable = exc
                         continue
@@ -189,15 +189,16 @@ class Manager:
         return [known, *(m for m in AUTO_ORDER if m != known)] if known else list(AUTO_ORDER)
 
     async def _ask(
-        self, model: Model, mode: OutputMode, prompt: str, usage: RunUsage
+        self, model: Model, mode: OutputMode, prompt: str, usage: RunUsage, shown: int
     ) -> list[Operation]:
         """One mode's run (its retries included); the job's `usage` so far counts against the
         job's token bound."""
         s = self._settings
+        schema = decisions_for(shown)
         output: Any = {
-            "json_schema": NativeOutput(Decisions),
-            "tool": ToolOutput(Decisions),
-            "prompted": PromptedOutput(Decisions),
+            "json_schema": NativeOutput(schema, name="Decisions"),
+            "tool": ToolOutput(schema),
+            "prompted": PromptedOutput(schema, name="Decisions"),
         }[mode]
         agent = Agent(
             model,
@@ -222,7 +223,7 @@ class Manager:
                     "(MEMPROXY_MANAGER_JOB_MAX_TOKENS)",
                     _raw(messages),
                 ) from exc
-        decisions: Decisions = result.output
+        decisions: Decisions | NewOnly = result.output
         return decisions.normalized()
 
 

@@ -35,18 +35,26 @@ EXCHANGE = "The new exchange (decide from this):"
 INSTRUCTIONS = f"""You keep the long-term memory of an assistant about one user.
 Read the new exchange and decide which memories to add, change or remove.
 
-Rules:
-- A memory is something the USER says about themselves: facts about their life, preferences,
-  what they know or work with, events with their dates, corrections, feedback on the assistant.
-- Never remember what the ASSISTANT says, general knowledge, or anything the user only asks about.
-- One fact per memory: a message with two facts gives two operations.
-- NEW adds a memory. UPDATE changes the memory with the given number (when the user corrects or
-  refines it). DELETE removes the memory with the given number (when the user says it is no longer
-  true or asks to forget it). Use only numbers of the memories listed.
-- Write each memory as one short, self-contained statement in the third person, in the user's own
-  terms, with absolute dates (a day, month or year; never "yesterday" or "next week").
-- Do not repeat a memory that is already listed. When there is nothing to remember, answer with an
-  empty list of operations.
+What is a memory:
+- Only what the USER says about themselves: facts about their life, people, plans, preferences,
+  work and knowledge, events with their dates, corrections, feedback on the assistant.
+- Never what the ASSISTANT says, general knowledge, or anything the user only asks about. A
+  question is not a fact. Small talk and greetings give no memory at all.
+
+How to write one:
+- One fact per memory: a message with two facts gives two NEW operations.
+- Short, in the third person, without "I", "my" or "the user": "I live in Paris" becomes
+  "Lives in Paris"; "my brother is a pilot" becomes "Brother is a pilot". (These two are
+  examples of the form, not facts about this user.)
+- Absolute dates (a day, month or year), never "yesterday" or "next week".
+
+Which operation:
+- NEW: a fact that no listed memory holds.
+- UPDATE id: the user changes or corrects the very fact memory `id` holds (a new city replaces
+  the old city). A different fact is never an UPDATE of an unrelated memory: it is NEW.
+- DELETE id: the user says memory `id` is no longer true, or asks to forget it.
+- Use only the numbers of the memories listed. Do not repeat a memory already listed.
+- Nothing to remember: an empty list of operations.
 - type is one of: {", ".join(t.value for t in MemoryType)}.
 """
 

@@ -56,6 +56,22 @@ async def test_update_of_a_memory_never_shown_is_refused(
     assert await contents(service) == {"Lives in Oslo"}
 
 
+async def test_an_update_unrelated_to_the_memory_it_names_creates_and_keeps_it(
+    service: MemoryService,
+) -> None:
+    """A 1.5B model answered "UPDATE 2: Daughter Mia turns 7 on 3 May" over "Lives in Lyon"."""
+    aliases = await seed(service, "Is vegetarian", "Lives in Lyon")
+    outcomes = await Applier(service).apply("ann", [
+        Operation(op=Op.UPDATE, id=2, content="Daughter Mia turns seven"),
+        Operation(op=Op.UPDATE, id=1, content="Is strictly vegetarian"),  # related: updates
+    ], aliases, job_id="j")  # fmt: skip
+    assert [o.result for o in outcomes] == ["created", "updated"]
+    assert "unrelated" in (outcomes[0].reason or "") and outcomes[0].memory_id != aliases[2]
+    assert await contents(service) == {
+        "Is strictly vegetarian", "Lives in Lyon", "Daughter Mia turns seven"
+    }  # fmt: skip
+
+
 async def test_new_with_an_id_creates_and_leaves_that_memory_alone(service: MemoryService) -> None:
     """A chit-chat turn's NEW carrying id 1 once replaced "Vegetarian Salad" with a fact about
     Canberra: a NEW creates, whatever id it carries."""

@@ -115,7 +115,7 @@ async def test_the_manager_sees_date_numbered_memories_and_marked_roles() -> Non
 
     (request,) = [m for m in seen if isinstance(m, ModelRequest)]
     assert request.instructions is not None and "only" in request.instructions.lower()
-    assert "never remember what the assistant says" in request.instructions.lower()
+    assert "never what the assistant says" in request.instructions.lower()
     user_prompt = str(request.parts[-1].content)  # type: ignore[union-attr]
     assert "Current date and time: Sunday 22 November 2026, 15:04 UTC" in user_prompt
     # Nothing beside a memory on its line: small models copied a "[fact, noted ...]" suffix.
