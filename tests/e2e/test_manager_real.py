@@ -66,14 +66,14 @@ class Chat:
 
 @contextmanager
 def memproxy(
-    llm: LlamaServer, manager: LlamaServer, embedder: TextEmbedder, mode: str
+    llm: LlamaServer, manager: LlamaServer, embedder: TextEmbedder, mode: str, **more: Any
 ) -> Iterator[Chat]:
     """A fresh memproxy: chats go to the 0.5B, the Manager is the 1.5B in one output mode."""
     with tempfile.TemporaryDirectory() as data:
         settings = proxy_settings(
             llm, data, manager_enabled=True, manager_base_url=manager.base_url,
             manager_model=manager.alias, manager_output_mode=mode,
-            processing_interval=0, conversation_threshold=1, manager_job_attempts=1,
+            processing_interval=0, conversation_threshold=1, manager_job_attempts=1, **more,
         )  # fmt: skip
         with serve(create_app(settings, embedder=embedder)) as url:
             yield Chat(f"{url}/v1", "e2e-manager", llm.alias)
@@ -109,7 +109,9 @@ def test_a_mode_the_server_cannot_keep_parks_the_job_with_the_answer(
     """llama.cpp does not enforce `tool_choice`: Qwen answers the call as JSON text, never a
     tool call. In `tool` mode that is no usable answer: the job is parked, the answer kept, the
     turns not lost (in `auto` mode the next mode takes over)."""
-    with memproxy(llm, manager_llm, embedder, "tool") as chat:
+    # Answers cut at 200 tokens: the text-not-a-call is unusable whatever its length, and a
+    # 1,024-token one takes minutes on a busy machine (past the call's own timeout).
+    with memproxy(llm, manager_llm, embedder, "tool", manager_max_tokens=200) as chat:
         chat.say("I am vegetarian and I live in Lyon.", wait=False)
         deadline = time.monotonic() + 900
         while (jobs := chat.stats()["jobs"])["failed"] == 0:
