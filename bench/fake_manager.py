@@ -1,5 +1,6 @@
 """A fake Manager model server for bench/manager_overhead.py: OpenAI chat completions that take
-`MANAGER_DELAY_MS` (500) and answer with one NEW operation as the output tool call."""
+`MANAGER_DELAY_MS` (500) and answer with one NEW operation, in the output mode asked for: JSON
+content for a `response_format` (what memproxy's `auto` asks first), else the output tool call."""
 
 from __future__ import annotations
 
@@ -19,8 +20,12 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             await send({"type": "lifespan.startup.complete"})
         await send({"type": "lifespan.shutdown.complete"})
         return
-    while (await receive()).get("more_body"):
-        pass
+    request = b""
+    while True:
+        message = await receive()
+        request += message.get("body", b"")
+        if not message.get("more_body"):
+            break
     await asyncio.sleep(int(os.environ.get("MANAGER_DELAY_MS", "500")) / 1000)
     arguments = orjson.dumps(
         {"operations": [{"op": "NEW", "content": f"Benchmark fact {next(_counter)}"}]}
@@ -30,10 +35,14 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         "type": "function",
         "function": {"name": "final_result", "arguments": arguments},
     }
+    if "response_format" in orjson.loads(request or b"{}"):
+        answer, finish = {"content": arguments}, "stop"
+    else:
+        answer, finish = {"content": None, "tool_calls": [call]}, "tool_calls"
     body = orjson.dumps({
         "id": "m", "object": "chat.completion", "created": 1, "model": "manager",
-        "choices": [{"index": 0, "finish_reason": "tool_calls",
-                     "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+        "choices": [{"index": 0, "finish_reason": finish,
+                     "message": {"role": "assistant", **answer}}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     })  # fmt: skip
     await send({"type": "http.response.start", "status": 200,

@@ -145,7 +145,7 @@ async def test_the_job_is_pending_when_the_answer_returns(
     )
     upstream.post("/chat/completions").mock(return_value=answer)
     client = await make_client(manager_enabled=True, conversation_threshold=1)
-    await client._transport.app.state.services.proxy.hooks._worker.stop()  # type: ignore[attr-defined]
+    await client._transport.app.state.services.worker.stop()  # type: ignore[attr-defined]
     response = await client.post(
         "/v1/chat/completions",
         json={"model": "m", "stream": stream, "messages": [{"role": "user", "content": "I run"}]},

@@ -36,7 +36,8 @@ from tests.memory.learning.support import (
 
 
 async def test_routine_jobs_merge_only_within_the_bound(engine: AsyncEngine) -> None:
-    queue = JobQueue(MemoryStore(engine).sessions, limit=100)
+    sessions = MemoryStore(engine).sessions
+    queue = JobQueue(sessions, limit=100)
     turns: list[ModelMessage] = []
     taken: set[str] = set()
     jobs = []
@@ -51,7 +52,7 @@ async def test_routine_jobs_merge_only_within_the_bound(engine: AsyncEngine) -> 
     assert len(set(jobs)) == 2 and await queue.counts() == {
         "awaiting": 0, "queued": 2, "running": 0, "failed": 0
     }  # fmt: skip
-    async with queue._sessions() as session:
+    async with sessions() as session:
         sizes = sorted(len(job.payload["new"]) for job in await session.scalars(select(ManagerJob)))
     assert sizes == [10, MAX_JOB_TURNS]  # nothing dropped, no job over the bound
 
