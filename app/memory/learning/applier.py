@@ -10,7 +10,8 @@ job's id):
   logged. UPDATE of a shown memory updates it (or creates, when it was deleted since, or when
   the new text is unrelated to it: :data:`UNRELATED_BELOW`); DELETE deletes it. A pinned memory
   is never deleted by the Manager.
-- Guard: a creation whose content is a near-duplicate of one of the user's memories (cosine of
+- Guards: a memory that is a line of the prompt (:data:`PROMPT_ECHOES`) fails; a creation whose
+  content is a near-duplicate of one of the user's memories (cosine of
   the best-matching part above ``MEMPROXY_DEDUP_THRESHOLD``), or of an earlier creation of the same
   job, creates nothing.
 
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.memory.learning.decisions import Op, Operation
+from app.memory.learning.prompt import EXCHANGE
 from app.memory.search.parts import Embedded, decode, embed_for_store
 from app.memory.service import MemoryService
 from app.memory.store.records import now
@@ -190,9 +192,15 @@ def _plan(operation: Operation, aliases: dict[int, str], planned: list[_Planned]
     if not (operation.content or "").strip():
         return f"{operation.op} without content"
     operation.content = (operation.content or "").strip()
+    if operation.content.startswith(PROMPT_ECHOES):
+        return f"{operation.op} copies the prompt ({operation.content[:40]!r})"
     planned.append(_Planned(operation, known))
     return None
 
+
+PROMPT_ECHOES = ("USER:", "ASSISTANT:", "Current date and time:", EXCHANGE, "Existing memories")
+"""How a memory that is a line of the Manager's prompt begins: a 1.5B model on LoCoMo wrote the
+transcript's lines back as memories ("ASSISTANT: Hey Caroline! ..."). Never a memory."""
 
 UNRELATED_BELOW = 0.2
 """An UPDATE whose new text has a cosine below this with the memory it names creates a memory

@@ -15,8 +15,9 @@ The prompt (:func:`build_prompt`) holds:
   marked USER and ASSISTANT, and only what the user says about themselves is a memory; not
   role-aware, the user's messages only. System prompts, documents and tool output are not turns.
 
-The instructions hold no example fact: a small model stored the example ("Moved to Oslo in May
-2025") as the user's memory. The shape of an answer is shown with placeholders only.
+The instructions hold no example fact, only placeholders: small models stored the examples as
+the user's memories ("Moved to Oslo in May 2025"; later "Lives in Paris" and "Brother is a pilot",
+though marked as examples, by a 1.5B on LoCoMo).
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ What is a memory:
 
 How to write one:
 - One fact per memory: a message with two facts gives two NEW operations.
-- Short, in the third person, without "I", "my" or "the user": "I live in Paris" becomes
-  "Lives in Paris"; "my brother is a pilot" becomes "Brother is a pilot". (These two are
-  examples of the form, not facts about this user.)
+- Short, in the third person, without "I", "my" or "the user": a statement "I <do something>"
+  becomes "<Does something>", "my <relative> is <something>" becomes "<Relative> is
+  <something>".
+- Your own words only: never copy a line of the conversation or of these instructions.
 - Absolute dates (a day, month or year), never "yesterday" or "next week".
 
 Which operation:

@@ -72,6 +72,21 @@ async def test_an_update_unrelated_to_the_memory_it_names_creates_and_keeps_it(
     }  # fmt: skip
 
 
+async def test_a_line_of_the_prompt_is_never_a_memory(service: MemoryService) -> None:
+    """A 1.5B model on LoCoMo wrote the transcript back: "ASSISTANT: Hey Caroline! ..."."""
+    aliases = await seed(service, "Lives in Lyon")
+    outcomes = await Applier(service).apply("ann", [
+        Operation(op=Op.NEW, content="ASSISTANT: Hey Caroline! I'm swamped with the kids"),
+        Operation(op=Op.NEW, content="USER: Hey Mel!"),
+        Operation(op=Op.UPDATE, id=1, content="Current date and time: Monday 08 May 2023"),
+        Operation(op=Op.NEW, content="The new exchange (decide from this): USER: hi"),
+        Operation(op=Op.NEW, content="Paints sunsets over lakes"),
+    ], aliases, job_id="j")  # fmt: skip
+    assert [o.result for o in outcomes] == ["failed"] * 4 + ["created"]
+    assert all("copies the prompt" in (o.reason or "") for o in outcomes[:4])
+    assert await contents(service) == {"Lives in Lyon", "Paints sunsets over lakes"}
+
+
 async def test_new_with_an_id_creates_and_leaves_that_memory_alone(service: MemoryService) -> None:
     """A chit-chat turn's NEW carrying id 1 once replaced "Vegetarian Salad" with a fact about
     Canberra: a NEW creates, whatever id it carries."""
