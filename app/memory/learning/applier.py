@@ -56,7 +56,6 @@ class _Planned:
     operation: Operation
     memory_id: str | None  # the memory to change or delete; None: create
     embedded: Embedded | None = None
-    detail: str | None = None
 
 
 class Applier:
@@ -129,6 +128,7 @@ class Applier:
                 return []
             rows = await w.rows([p.memory_id for p in planned if p.memory_id])
             stamp = now()
+            dim = self._service.embedder.dim
             for plan in planned:
                 operation = plan.operation
                 row = rows.get(plan.memory_id) if plan.memory_id else None
@@ -145,7 +145,6 @@ class Applier:
                     continue
                 embedded = plan.embedded
                 assert embedded is not None and operation.content is not None
-                dim = self._service.embedder.dim
                 unrelated = _unrelated(row, embedded, dim) if row is not None else None
                 if row is not None and unrelated is None:  # UPDATE of a known memory
                     before = row.content
@@ -155,7 +154,7 @@ class Applier:
                     w.update(row, before=before)
                     outcomes.append(Applied(operation, "updated", row.id))
                     continue
-                detail = plan.detail or (
+                detail = (
                     f"UPDATE of an unrelated memory (cosine {unrelated:.2f}): created, "
                     f"{plan.memory_id} kept"
                     if unrelated is not None

@@ -167,8 +167,6 @@ class Manager:
                         logger.info("%s: output mode %s works", self.where(request_model), mode)
                         self._works[where] = mode
                     return operations
-        except ManagerAnswerUnusable:
-            raise
         except Exception as exc:
             if self._model is not None and not isinstance(exc, TimeoutError):
                 raise  # a test's stand-in: no server to name
