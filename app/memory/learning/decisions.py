@@ -18,6 +18,7 @@ a failure to retry, never an empty list by default:
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -97,23 +98,20 @@ class Delete(_Strict):
 class Decisions(_Strict):
     """The Manager's answer: every operation on the user's memories; ``[]`` for none."""
 
-    operations: list[Annotated[New | Update | Delete, Field(discriminator="op")]]
+    operations: Sequence[Annotated[New | Update | Delete, Field(discriminator="op")]]
 
     def normalized(self) -> list[Operation]:
         return [o.operation() for o in self.operations]
 
 
-class NewOnly(_Strict):
+class NewOnly(Decisions):
     """The Manager's answer when no memory was shown: only NEW is possible."""
 
-    operations: list[New]
-
-    def normalized(self) -> list[Operation]:
-        return [o.operation() for o in self.operations]
+    operations: Sequence[New]
 
 
 @functools.cache
-def decisions_for(shown: int) -> type[Decisions] | type[NewOnly]:
+def decisions_for(shown: int) -> type[Decisions]:
     """The answer's schema for a job that showed `shown` memories: UPDATE and DELETE may only
     name 1..`shown`, and with none shown there is no UPDATE or DELETE at all. A server that
     enforces the schema (``json_schema``) then cannot produce an id it was not shown: a 1.5B

@@ -58,7 +58,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from app.config import Settings
 from app.errors import causes
 from app.log import mask_url
-from app.memory.learning.decisions import Decisions, NewOnly, Operation, decisions_for
+from app.memory.learning.decisions import Decisions, Operation, decisions_for
 from app.memory.learning.prompt import ANSWER_SHAPE, INSTRUCTIONS, Shown, build_prompt
 from app.proxy.tls import ssl_context, verification_failed, verification_hint
 
@@ -221,7 +221,7 @@ class Manager:
                     "(MEMPROXY_MANAGER_JOB_MAX_TOKENS)",
                     _raw(messages),
                 ) from exc
-        decisions: Decisions | NewOnly = result.output
+        decisions: Decisions = result.output
         return decisions.normalized()
 
 
