@@ -24,6 +24,7 @@ C1 controls): the text format escapes control characters in everything but the t
 from __future__ import annotations
 
 import logging
+import os
 import re
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -33,6 +34,13 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 request_id_var: ContextVar[str] = ContextVar("request_id", default="-")
+
+
+def new_request_id() -> str:
+    """A request id of memproxy's own: 128 random bits in hex, as a uuid4. It parses as a UUID,
+    which some upstreams require of an X-Request-ID (llama-cpp-python's server answers 400)."""
+    return os.urandom(16).hex()
+
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 _UVICORN_LOGGERS = ("uvicorn", "uvicorn.error")

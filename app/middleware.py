@@ -8,7 +8,6 @@ logs one line per request (see :func:`_log_request`; never content).
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from typing import Any
@@ -16,7 +15,7 @@ from urllib.parse import quote
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.log import request_id_var
+from app.log import new_request_id, request_id_var
 from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.access")
@@ -38,7 +37,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _client_id(scope) or os.urandom(16).hex()  # 128 random bits, as uuid4
+        request_id = _client_id(scope) or new_request_id()
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         token = request_id_var.set(request_id)

@@ -7,7 +7,6 @@ serves anyway (an upstream that comes up later is used as soon as it answers).
 from __future__ import annotations
 
 import logging
-import uuid
 
 import httpx
 import orjson
@@ -16,7 +15,7 @@ from sqlalchemy.engine import make_url
 from app import __version__
 from app.config import Settings
 from app.errors import MemproxyError, UpstreamStatusError
-from app.log import mask_url
+from app.log import mask_url, new_request_id
 from app.proxy.identity import token_secret
 from app.proxy.upstream import Upstream
 
@@ -99,9 +98,8 @@ async def check_upstream(upstream: Upstream) -> bool:
     Sent with memproxy's own upstream key, if any; a 401/403 without one is expected when the
     clients' keys are passed through, so it is reported as such, not as a failure.
     """
-    # A request id like the ones chats carry (128 random bits in hex): llama-cpp-python's
-    # server refuses with a 400 any X-Request-ID that is not a UUID ("startup-check" was).
-    headers = upstream.headers([], uuid.uuid4().hex)
+    # An id like the ones chats carry: "startup-check" was refused by llama-cpp-python's server.
+    headers = upstream.headers([], new_request_id())
     request = upstream.build("GET", "/models", headers=headers, content=b"")
     request.extensions["timeout"] = httpx.Timeout(CHECK_TIMEOUT_SECONDS).as_dict()
     try:

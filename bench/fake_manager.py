@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from app.devtools.fake_upstream import read_body
+
 _counter = itertools.count()
 
 
@@ -20,12 +22,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             await send({"type": "lifespan.startup.complete"})
         await send({"type": "lifespan.shutdown.complete"})
         return
-    request = b""
-    while True:
-        message = await receive()
-        request += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    request = await read_body(receive)
     await asyncio.sleep(int(os.environ.get("MANAGER_DELAY_MS", "500")) / 1000)
     arguments = orjson.dumps(
         {"operations": [{"op": "NEW", "content": f"Benchmark fact {next(_counter)}"}]}

@@ -58,16 +58,11 @@ class FakeUpstream:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
+            while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         path = scope["path"].removeprefix("/v1")
         self.received.append(Received(scope["method"], path, headers, body))
@@ -243,6 +238,16 @@ def _embeddings(request: dict[str, Any]) -> dict[str, Any]:
         "model": request.get("model", "fake-embed"),
         "usage": {"prompt_tokens": len(items), "total_tokens": len(items)},
     }
+
+
+async def read_body(receive: Any) -> bytes:
+    """An ASGI request's whole body."""
+    body = b""
+    while True:
+        message = await receive()
+        body += bytes(message.get("body", b""))
+        if not message.get("more_body"):
+            return body
 
 
 async def _send_json(send: Any, status: int, data: Any) -> None:
