@@ -28,15 +28,13 @@ import asyncio
 import logging
 import time
 
-from pydantic_ai.messages import ModelMessage
-
 from app.background import BackgroundRunner
 from app.config import Settings
 from app.memory.block import BLOCK_START, insert_memory_block, memory_block
 from app.memory.chat.query import recall_query
 from app.memory.learning.extraction import exchange
 from app.memory.learning.jobs import JobQueue
-from app.memory.learning.turns import fingerprints_of, turns_of
+from app.memory.learning.turns import Turns, fingerprints_of, turns_of
 from app.memory.learning.worker import Worker
 from app.memory.search.ranking import Hit
 from app.memory.service import MemoryService
@@ -198,7 +196,7 @@ class ChatMemory:
         return queued.job_id
 
 
-def _turns(ctx: RequestContext) -> tuple[list[ModelMessage], list[tuple[int, str]]]:
+def _turns(ctx: RequestContext) -> tuple[Turns, list[tuple[int, str]]]:
     """The conversation's turns and their fingerprints: converting, stripping and hashing a
     large body takes long, so this runs off the loop for one (:mod:`app.proxy.offload`)."""
     turns = turns_of(ctx.history, None)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Any, Literal, overload
 
 from pydantic_ai.messages import (
     ModelMessage,
@@ -40,11 +41,12 @@ from app.schemas.openai import content_text
 Role = Literal["user", "assistant"]
 
 
-def turn(role: Role, text: str) -> ModelMessage:
-    """One turn as a PydanticAI message."""
+def turn(role: Role, text: str, at: datetime | None = None) -> ModelMessage:
+    """One turn as a PydanticAI message, made `at` (now by default)."""
+    at = at or datetime.now(UTC)
     if role == "user":
-        return ModelRequest(parts=[UserPromptPart(text)])
-    return ModelResponse(parts=[TextPart(text)])
+        return ModelRequest(parts=[UserPromptPart(text, timestamp=at)], timestamp=at)
+    return ModelResponse(parts=[TextPart(text)], timestamp=at)
 
 
 def role_of(message: ModelMessage) -> Role:
@@ -60,7 +62,35 @@ def text_of(message: ModelMessage) -> str:
     return "".join(p.content for p in message.parts if isinstance(p, TextPart))
 
 
-def turns_of(history: ConvertedHistory, reply: str | None) -> list[ModelMessage]:
+class Turns(Sequence[ModelMessage]):
+    """A conversation's turns, built as PydanticAI messages only when read.
+
+    A job keeps at most ~100 turns of a conversation, but every user turn is fingerprinted:
+    holding the words and making a message on demand spares a 100,000-message chat a second of
+    building messages it never uses (:func:`fingerprints_of` reads the words directly). A turn
+    read twice is two equal messages: all are timestamped when the conversation was read.
+    """
+
+    __slots__ = ("at", "said")
+
+    def __init__(self, said: Sequence[tuple[Role, str]]) -> None:
+        self.said = list(said)
+        self.at = datetime.now(UTC)
+
+    def __len__(self) -> int:
+        return len(self.said)
+
+    @overload
+    def __getitem__(self, index: int) -> ModelMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[ModelMessage]: ...
+    def __getitem__(self, index: int | slice) -> ModelMessage | list[ModelMessage]:
+        if isinstance(index, slice):
+            return [turn(role, text, self.at) for role, text in self.said[index]]
+        return turn(*self.said[index], self.at)
+
+
+def turns_of(history: ConvertedHistory, reply: str | None) -> Turns:
     """The user's and the assistant's turns of a conversation, oldest first; the assistant's
     `reply` to the last user message ends it. Consecutive user messages (one ``ModelRequest`` in
     the history) stay separate turns; empty ones are left out."""
@@ -76,7 +106,7 @@ def turns_of(history: ConvertedHistory, reply: str | None) -> list[ModelMessage]
         found.append(("user", strip_foreign(content_text(history.prompt))))
     if reply is not None:
         found.append(("assistant", reply))
-    return [turn(role, text) for role, text in found if text.strip()]
+    return Turns([(role, text) for role, text in found if text.strip()])
 
 
 def dump(messages: Sequence[ModelMessage]) -> list[Any]:
@@ -116,8 +146,9 @@ def _add_words(digest: Any, text: str) -> None:
 
 def fingerprints_of(turns: Sequence[ModelMessage]) -> list[tuple[int, str]]:
     """(index, fingerprint) of each user turn."""
+    said = turns.said if isinstance(turns, Turns) else [(role_of(t), text_of(t)) for t in turns]
     return [
-        (i, fingerprint(text_of(turns[i - 1]) if i else "", text_of(message)))
-        for i, message in enumerate(turns)
-        if isinstance(message, ModelRequest)
+        (i, fingerprint(said[i - 1][1] if i else "", text))
+        for i, (role, text) in enumerate(said)
+        if role == "user"
     ]

@@ -64,7 +64,7 @@ def test_a_job_stores_pydantic_ais_own_json_and_reads_it_back() -> None:
     stored = json.loads(json.dumps(dump(turns)))  # through the database's JSON column
     assert [item["kind"] for item in stored] == ["request", "request", "response", "request",
                                                  "response"]  # fmt: skip
-    assert load(stored) == turns
+    assert load(stored) == list(turns)
 
 
 def test_a_job_queued_before_the_upgrade_still_reads() -> None:
@@ -81,6 +81,16 @@ def test_fingerprints_are_of_the_user_turns_and_ignore_whitespace() -> None:
            turn("user", " a  cat ")]  # fmt: skip
     assert [i for i, _ in fingerprints_of(one)] == [0, 2]
     assert fingerprints_of(one) == fingerprints_of(two)
+
+
+def test_turns_are_made_as_read_and_fingerprinted_from_their_words() -> None:
+    """A chat's turns become messages only when read: the same messages each time, and the
+    same fingerprints as those of the messages themselves."""
+    turns = turns_of(history(), "Noted.")
+    assert turns[:] == list(turns) == [turns[i] for i in range(len(turns))]
+    assert turns[-2:] == list(turns)[-2:] and isinstance(turns[0], ModelRequest)
+    assert fingerprints_of(turns) == fingerprints_of(list(turns))
+    assert said(turns) == said(load(dump(turns)))
 
 
 @pytest.mark.parametrize("legacy", [False, True])
