@@ -30,7 +30,8 @@ class Metrics:
         )
         self.memory_operations = Counter(
             "memproxy_manager_operations",
-            "The Manager's operations by result: created, updated, deleted, duplicate, failed.",
+            "The Manager's operations by result: created, updated, deleted, unchanged, duplicate, "
+            "ungrounded (not the user's words: refused), failed.",
             ["result"],
             registry=self.registry,
         )

@@ -19,7 +19,8 @@ What is printed, per model and output mode (all conversations and speakers toget
 
 - answers: jobs, usable (parse success: the Manager returned operations), unusable (its answer
   did not fit, through the retry), unavailable (an HTTP error or a timeout; e.g. a retry beyond
-  the context), the operations' outcomes (created, updated, deleted, duplicate, failed), and
+  the context), the operations' outcomes (created, updated, deleted, unchanged: an UPDATE
+  restating the memory, duplicate, ungrounded: not the user's words, refused, failed), and
   seconds per session (the Manager's calls and the applying, p50 and max);
 - memories: the user's memories at the end, per session; the user's gold observations (LoCoMo's
   ``session_N_observation``) recovered: a gold fact counts when some final memory has a cosine
@@ -95,6 +96,7 @@ from app.main import create_app  # noqa: E402
 from app.memory.learning.applier import Applied, Applier  # noqa: E402
 from app.memory.learning.decisions import Op, Operation  # noqa: E402
 from app.memory.learning.extraction import CONTEXT_TURNS  # noqa: E402
+from app.memory.learning.grounding import Grounds  # noqa: E402
 from app.memory.learning.manager import (  # noqa: E402
     Manager,
     ManagerAnswerUnusable,
@@ -408,8 +410,9 @@ class Run:
             tokens = (exchange.get("usage") or {}).get("prompt_tokens") or 0
             stats.max_prompt_tokens = max(stats.max_prompt_tokens, int(tokens))
         outcomes = await self.applier.apply(
-            self.user_id, operations, aliases, job_id=f"eval-{uuid.uuid4().hex[:12]}"
-        )
+            self.user_id, operations, aliases, job_id=f"eval-{uuid.uuid4().hex[:12]}",
+            grounds=Grounds.of([*context_turns, *new_turns], shown),
+        )  # fmt: skip
         job["outcomes"] = await self.checked(session, outcomes, shown)
         return job
 
@@ -594,7 +597,8 @@ def report(results: dict[tuple[str, str], RunStats]) -> None:
     width = max(22, *(len(n) for n in names.values()))
     print("\nManager answers (jobs: sessions, or chunks of a split session)")
     print(f"{'model mode':<{width}} {'jobs':>4} {'usable':>6} {'unusbl':>6} {'unavail':>7} "
-          f"{'created':>7} {'updated':>7} {'deleted':>7} {'dup':>4} {'failed':>6} "
+          f"{'created':>7} {'updated':>7} {'deleted':>7} {'unchg':>5} {'dup':>4} {'ungrd':>5} "
+          f"{'failed':>6} "
           f"{'s/sess p50':>10} {'max':>6} {'max prompt':>10}")  # fmt: skip
     for key, s in results.items():
         r = s.results
@@ -603,7 +607,8 @@ def report(results: dict[tuple[str, str], RunStats]) -> None:
         top = seconds[-1] if seconds else float("nan")
         print(f"{names[key]:<{width}} {s.jobs:>4} {share(s.usable, s.jobs):>6} "
               f"{s.unusable:>6} {s.unavailable:>7} {r['created']:>7} {r['updated']:>7} "
-              f"{r['deleted']:>7} {r['duplicate']:>4} {r['failed']:>6} {p50:>10.1f} {top:>6.1f} "
+              f"{r['deleted']:>7} {r['unchanged']:>5} {r['duplicate']:>4} {r['ungrounded']:>5} "
+              f"{r['failed']:>6} {p50:>10.1f} {top:>6.1f} "
               f"{s.max_prompt_tokens:>10}")  # fmt: skip
     print(f"\nMemories: gold = the user's observations recovered at cosine >= 0.5 / 0.6 / 0.7 "
           f"(default {DEFAULT_THRESHOLD}); flags among the memories written")  # fmt: skip

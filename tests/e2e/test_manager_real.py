@@ -61,7 +61,9 @@ class Chat:
 
     def memories(self) -> list[str]:
         listed = httpx.get(f"{self.url}/memories", headers=self.user).json()["data"]
-        return [str(m["content"]) for m in listed]
+        found = [str(m["content"]) for m in listed]
+        print("memories:", found)  # shown with -s, and on a failure
+        return found
 
 
 @contextmanager
@@ -83,21 +85,44 @@ def has(memories: list[str], *words: str) -> bool:
     return any(all(w.lower() in m.lower() for w in words) for m in memories)
 
 
-def test_a_stated_fact_is_stored_without_the_assistants_words_or_the_prompt(
-    llm: LlamaServer, manager_llm: LlamaServer, embedder: TextEmbedder
+@pytest.mark.parametrize("mode", ["json_schema", "prompted"])
+def test_a_scripted_chat_is_learned_and_nothing_is_lost_or_invented(
+    llm: LlamaServer, manager_llm: LlamaServer, embedder: TextEmbedder, mode: str
 ) -> None:
-    """`json_schema` mode (what `auto` picks with llama.cpp): the answer is usable and stored.
-    What the 1.5B still gets wrong is measured by bench/manager_eval.py, not asserted here:
-    seen in runs of this suite, the sentence kept whole in the first person instead of one fact
-    per memory, "Remember that my daughter Mia turns 7 on 3 May" missed (an UPDATE of the first
-    memory with its own text), a correction written as "I no longer live in Lyon", and facts
-    from small talk."""
-    with memproxy(llm, manager_llm, embedder, "json_schema") as chat:
+    """One user's chats, each a new conversation, each learned before the next: a stated fact,
+    an explicit "remember", a correction, "forget that", and small talk. `json_schema` is what
+    `auto` picks with llama.cpp; `prompted` is JSON asked for in the instructions only.
+
+    Asserted: every answer usable (no job parked), the stated facts stored, no assistant text or
+    prompt line stored, the correction leaves no memory saying the old city alone, what the user
+    asked to forget is gone, small talk changes nothing. Not asserted, because the 1.5B does not
+    do it (seen in runs of this suite; measured by bench/manager_eval.py): one fact per memory
+    in the third person ("I am vegetarian and I live in Lyon" is kept whole), and so the
+    explicit "Remember that my daughter Mia..." (answered as an UPDATE restating memory 1) and
+    keeping "vegetarian" through the correction (memory 1 rewritten as "Lives in Paris")."""
+    with memproxy(llm, manager_llm, embedder, mode) as chat:
         answer = chat.say("I am vegetarian and I live in Lyon.")
-        first = chat.memories()
-        assert has(first, "vegetarian") and has(first, "Lyon"), first
-        assert not any(answer[:30].lower() in m.lower() for m in first), (answer, first)
-        assert not any(m.startswith(("USER:", "ASSISTANT:", "Current date")) for m in first)
+        stated = chat.memories()
+        assert has(stated, "vegetarian") and has(stated, "Lyon"), stated
+        assert not any(answer[:30].lower() in m.lower() for m in stated), (answer, stated)
+        assert not any(m.startswith(("USER:", "ASSISTANT:", "Current date")) for m in stated)
+
+        answer = chat.say("Remember that my daughter Mia turns 7 on 3 May.")
+        remembered = chat.memories()
+        assert has(remembered, "Lyon"), remembered
+        assert not any(answer[:30].lower() in m.lower() for m in remembered), answer
+
+        chat.say("I have moved: I live in Paris now, not in Lyon any more.")
+        moved = chat.memories()
+        assert has(moved, "Paris"), moved
+        assert not any("lyon" in m.lower() and "paris" not in m.lower() for m in moved), moved
+
+        chat.say("Please forget that I am vegetarian.")
+        forgot = chat.memories()
+        assert not has(forgot, "vegetarian") and has(forgot, "Paris"), forgot
+
+        chat.say("Thanks, that's all for now. Have a nice evening!")
+        assert sorted(chat.memories()) == sorted(forgot)
 
 
 def test_a_mode_the_server_cannot_keep_parks_the_job_with_the_answer(

@@ -10,7 +10,10 @@ job's id):
   logged. UPDATE of a shown memory updates it (or creates, when it was deleted since, or when
   the new text is unrelated to it: :data:`UNRELATED_BELOW`); DELETE deletes it. A pinned memory
   is never deleted by the Manager.
-- Guards: a memory that is a line of the prompt (:data:`PROMPT_ECHOES`) fails; a creation whose
+- Guards: a memory that is a line of the prompt (:data:`PROMPT_ECHOES`) fails; given the job's
+  :class:`~app.memory.learning.grounding.Grounds`, a NEW or UPDATE whose words are not the
+  user's is ``ungrounded`` and changes nothing; an UPDATE to the text the memory already holds is
+  ``unchanged`` (no write, no history); a creation whose
   content is a near-duplicate of one of the user's memories (cosine of
   the best-matching part above ``MEMPROXY_DEDUP_THRESHOLD``), or of an earlier creation of the same
   job, creates nothing.
@@ -21,6 +24,7 @@ Every operation gets an :class:`Applied`; none raises.
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.memory.learning.decisions import Op, Operation
+from app.memory.learning.grounding import Grounds
 from app.memory.learning.prompt import EXCHANGE
 from app.memory.search.parts import Embedded, decode, embed_for_store
 from app.memory.service import MemoryService
@@ -45,7 +50,8 @@ logger = logging.getLogger("memproxy.manager")
 class Applied:
     operation: Operation
     result: str
-    """`created`, `updated`, `deleted`, `duplicate` (nothing created) or `failed`."""
+    """`created`, `updated`, `deleted`, `unchanged` (an UPDATE to the same text), `duplicate`
+    (nothing created), `ungrounded` (not the user's words: nothing written) or `failed`."""
     memory_id: str | None = None
     """The memory created, changed or deleted; for `duplicate`, the one it duplicates."""
     reason: str | None = None
@@ -71,13 +77,19 @@ class Applier:
         *,
         job_id: str,
         queue: JobQueue | None = None,
+        grounds: Grounds | None = None,
     ) -> list[Applied]:
         """Apply a job's operations (`aliases`: the numbers shown -> memory ids). With `queue`,
         the job is deleted from it in the same transaction, and nothing is applied when it is
-        already gone (applied by another process): exactly once."""
+        already gone (applied by another process): exactly once. With `grounds`, what is not
+        the user's words is refused (the module docstring)."""
         outcomes: list[Applied] = []
         planned: list[_Planned] = []
         for operation in operations:
+            if grounds is not None and (refusal := grounds.refusal(operation)):
+                logger.info("job %s: %s refused: %s", job_id, operation.op, refusal)
+                outcomes.append(Applied(operation, "ungrounded", reason=refusal))
+                continue
             failure = _plan(operation, aliases, planned)
             if failure is not None:
                 logger.warning("job %s: %s operation failed: %s", job_id, operation.op, failure)
@@ -146,6 +158,9 @@ class Applier:
                 embedded = plan.embedded
                 assert embedded is not None and operation.content is not None
                 unrelated = _unrelated(row, embedded, dim) if row is not None else None
+                if row is not None and unrelated is None and _same(row, operation):
+                    outcomes.append(Applied(operation, "unchanged", row.id))
+                    continue
                 if row is not None and unrelated is None:  # UPDATE of a known memory
                     before = row.content
                     row.content = operation.content
@@ -217,6 +232,16 @@ def _unrelated(row: Memory, embedded: Embedded, dim: int) -> float | None:
         return None
     similarity = float(decode(row.embedding, dim)[0] @ embedded.vectors[0])
     return similarity if similarity < UNRELATED_BELOW else None
+
+
+def _same(row: Memory, operation: Operation) -> bool:
+    """An UPDATE to the words the memory has (case, spacing and punctuation aside): small models
+    restate the memories they were shown as UPDATEs, often with another type."""
+    return _words(operation.content or "") == _words(row.content)
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.casefold())
 
 
 def _new_id() -> str:

@@ -18,11 +18,21 @@ a failure to retry, never an empty list by default:
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, model_validator
+import pydantic_core
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 
 from app.memory.store.tables import MemoryType
 
@@ -101,7 +111,9 @@ class Decisions(_Strict):
     operations: Sequence[Annotated[New | Update | Delete, Field(discriminator="op")]]
 
     def normalized(self) -> list[Operation]:
-        return [o.operation() for o in self.operations]
+        """The operations, each once: small models repeat an operation until the token limit."""
+        found = [o.operation() for o in self.operations]
+        return [o for i, o in enumerate(found) if o not in found[:i]]
 
 
 class NewOnly(Decisions):
@@ -123,3 +135,27 @@ def decisions_for(shown: int) -> type[Decisions]:
     delete = create_model("Delete", __base__=Delete, id=(numbers, ...))
     operation = Annotated[New | update | delete, Field(discriminator="op")]
     return create_model("Decisions", __base__=Decisions, operations=(list[operation], ...))
+
+
+_FENCE = re.compile(r"^\s*(?:```(?:json)?\s*)?")
+
+
+def complete_operations(answer: str, schema: type[Decisions]) -> list[Operation]:
+    """The complete operations an answer cut short (at the token limit) holds before the cut,
+    each valid by `schema`, each once; [] when it holds none. The last operation before the cut
+    is left out: it may be whole and still not be what the model meant (``"id": 1`` of 12)."""
+    text = _FENCE.sub("", answer, count=1)
+    try:
+        data = pydantic_core.from_json(text, allow_partial=True)
+    except ValueError:
+        return []
+    started = data.get("operations") if isinstance(data, dict) else None
+    if not isinstance(started, list):
+        return []
+    kept: list[Operation] = []
+    for item in started[:-1]:
+        try:
+            kept += schema.model_validate({"operations": [item]}).normalized()
+        except ValidationError:
+            continue
+    return [o for i, o in enumerate(kept) if o not in kept[:i]]

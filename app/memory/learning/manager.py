@@ -13,7 +13,8 @@ answers :class:`~app.memory.learning.decisions.Decisions` in one of three output
 ``auto`` (the default) tries them in that order and remembers, per server and model, the first
 that gave a usable answer; a mode the server refuses (an HTTP error) or whose answers do not fit
 is passed over for the next. Within a mode, an answer that does not fit is sent back once with
-the validation error (``MEMPROXY_MANAGER_MAX_RETRIES``).
+the validation error (``MEMPROXY_MANAGER_MAX_RETRIES``); an answer cut at ``max_tokens`` (small
+models loop) gives the whole operations before the cut, if any.
 
 Promises:
 
@@ -58,7 +59,12 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from app.config import Settings
 from app.errors import causes
 from app.log import mask_url
-from app.memory.learning.decisions import Decisions, Operation, decisions_for
+from app.memory.learning.decisions import (
+    Decisions,
+    Operation,
+    complete_operations,
+    decisions_for,
+)
 from app.memory.learning.prompt import ANSWER_SHAPE, INSTRUCTIONS, Shown, build_prompt
 from app.proxy.tls import ssl_context, verification_failed, verification_hint
 
@@ -214,6 +220,12 @@ class Manager:
             try:
                 result = await agent.run(prompt, usage=usage, usage_limits=limits)
             except UnexpectedModelBehavior as exc:
+                if _cut(messages) and (kept := complete_operations(_raw(messages), schema)):
+                    # Small models loop (the same UPDATE again and again) until max_tokens:
+                    # what came whole before the cut is the answer.
+                    logger.info("%s answer cut at max_tokens: %d whole operations kept",
+                                mode, len(kept))  # fmt: skip
+                    return kept
                 raise ManagerAnswerUnusable(f"{mode}: {exc.message}", _raw(messages)) from exc
             except UsageLimitExceeded as exc:
                 raise ManagerAnswerUnusable(
@@ -223,6 +235,12 @@ class Manager:
                 ) from exc
         decisions: Decisions = result.output
         return decisions.normalized()
+
+
+def _cut(messages: Sequence[ModelMessage]) -> bool:
+    """Whether the model's last answer stopped at the token limit."""
+    last = next((m for m in reversed(messages) if isinstance(m, ModelResponse)), None)
+    return last is not None and last.finish_reason == "length"
 
 
 def _raw(messages: Sequence[ModelMessage]) -> str:

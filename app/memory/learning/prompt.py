@@ -32,6 +32,7 @@ from app.memory.learning.turns import role_of, text_of
 from app.memory.store.tables import MemoryType
 
 EXCHANGE = "The new exchange (decide from this):"
+MEMORIES = "Existing memories (already saved: do not repeat them):"
 
 INSTRUCTIONS = f"""You keep the long-term memory of an assistant about one user.
 Read the new exchange and decide which memories to add, change or remove.
@@ -55,8 +56,9 @@ Which operation:
 - UPDATE id: the user changes or corrects the very fact memory `id` holds (a new city replaces
   the old city). A different fact is never an UPDATE of an unrelated memory: it is NEW.
 - DELETE id: the user says memory `id` is no longer true, or asks to forget it.
-- Use only the numbers of the memories listed. Do not repeat a memory already listed.
-- Nothing to remember: an empty list of operations.
+- Use only the numbers of the memories listed. Never repeat a listed memory: an UPDATE must
+  change what it says, and a memory the exchange does not change needs no operation.
+- Nothing new to remember: an empty list of operations.
 - type is one of: {", ".join(t.value for t in MemoryType)}.
 """
 
@@ -92,7 +94,7 @@ def build_prompt(
         context = [t for t in context if isinstance(t, ModelRequest)]
         new = [t for t in new if isinstance(t, ModelRequest)]
     lines = [f"Current date and time: {now.strftime('%A %d %B %Y, %H:%M %Z').strip()}", ""]
-    lines.append("Existing memories:" if memories else "Existing memories: none yet.")
+    lines.append(MEMORIES if memories else "Existing memories: none yet.")
     lines += [f"{m.alias}. {' '.join(m.content.split())}" for m in memories]
     if context:
         lines += ["", "Earlier in the conversation (context only, already processed):"]

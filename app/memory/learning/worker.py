@@ -23,6 +23,7 @@ from app.config import Settings
 from app.memory.learning.applier import Applier
 from app.memory.learning.decisions import Operation
 from app.memory.learning.extraction import CONTEXT_TURNS
+from app.memory.learning.grounding import Grounds
 from app.memory.learning.jobs import Job, JobQueue
 from app.memory.learning.manager import Manager, ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.prompt import Shown
@@ -106,9 +107,9 @@ class Worker:
 
     async def _run(self, job: Job) -> None:
         try:
-            operations, aliases = await self._decide(job)
+            operations, aliases, grounds = await self._decide(job)
             outcomes = await self._applier.apply(
-                job.user_id, operations, aliases, job_id=job.id, queue=self._queue
+                job.user_id, operations, aliases, job_id=job.id, queue=self._queue, grounds=grounds
             )
             self._metrics.jobs_applied.inc()
             for outcome in outcomes:
@@ -136,8 +137,9 @@ class Worker:
                 logger.info("job %s failed (%s); retrying in %.0f s", job.id, reason, delay)
                 await self._queue.retry_later(job.id, reason, delay)
 
-    async def _decide(self, job: Job) -> tuple[list[Operation], dict[int, str]]:
+    async def _decide(self, job: Job) -> tuple[list[Operation], dict[int, str], Grounds]:
         context, new = job.turns()
+        context = context[-CONTEXT_TURNS:]
         query = " ".join(text_of(t) for t in new if isinstance(t, ModelRequest))[-2000:]
         found = await self._service.search(
             job.user_id, query or "-", limit=RELATED_MEMORIES, min_score=0.0, background=True
@@ -148,9 +150,9 @@ class Worker:
         ]
         aliases = {s.alias: f.memory.id for s, f in zip(shown, found, strict=True)}
         operations = await self._manager.decide(
-            job.model, memories=shown, context=context[-CONTEXT_TURNS:], new=new, now=now()
+            job.model, memories=shown, context=context, new=new, now=now()
         )
-        return operations, aliases
+        return operations, aliases, Grounds.of([*context, *new], shown)
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:

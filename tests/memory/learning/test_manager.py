@@ -210,3 +210,53 @@ async def test_an_answer_in_prose_is_no_decision() -> None:
     with pytest.raises(ManagerAnswerUnusable) as raised:
         await manager.decide("m", **conversation())
     assert calls == 2 and raised.value.answer == "I think the user is vegetarian now."
+
+
+LOOP = (
+    '{"operations": [{"op": "NEW", "content": "Is vegetarian"}, '
+    + ('{"op": "UPDATE", "id": 1, "content": "Lives in Bergen"}, ' * 30)
+    + '{"op": "UPDATE", "id": 2, "content": "Loves st'
+)
+
+
+@pytest.mark.parametrize("mode", ["json_schema", "prompted"])
+async def test_an_answer_cut_at_max_tokens_keeps_its_whole_operations_once(mode: str) -> None:
+    """Small models loop until max_tokens: the whole operations before the cut are the answer,
+    each once; the one the cut went through is not."""
+    calls = 0
+
+    def looping(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        return ModelResponse(parts=[TextPart(f"```json\n{LOOP}")], finish_reason="length")
+
+    manager = Manager(Settings(manager_output_mode=mode), http_client=httpx2.AsyncClient(),
+                      model=FunctionModel(looping))  # fmt: skip
+    operations = await manager.decide("m", **conversation())
+    assert [(o.op, o.id, o.content) for o in operations] == [
+        (Op.NEW, None, "Is vegetarian"), (Op.UPDATE, 1, "Lives in Bergen"),
+    ]  # fmt: skip
+    assert calls == 1
+
+
+async def test_an_answer_cut_before_any_whole_operation_is_unusable() -> None:
+    def cut(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart('{"operations": [{"op": "NEW", "content": "Is')],
+                             finish_reason="length")  # fmt: skip
+
+    manager = Manager(Settings(manager_output_mode="json_schema"),
+                      http_client=httpx2.AsyncClient(), model=FunctionModel(cut))  # fmt: skip
+    with pytest.raises(ManagerAnswerUnusable) as raised:
+        await manager.decide("m", **conversation())
+    assert raised.value.answer.startswith('{"operations"')
+
+
+async def test_an_operation_repeated_in_one_answer_counts_once() -> None:
+    repeated = {"op": "UPDATE", "id": 1, "content": "Lives in Bergen"}
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return decided(info, {"operations": [repeated, {"op": "DELETE", "id": 2}, repeated]})
+
+    manager = Manager(Settings(), http_client=httpx2.AsyncClient(), model=FunctionModel(answer))
+    operations = await manager.decide("m", **conversation())
+    assert [(o.op, o.id) for o in operations] == [(Op.UPDATE, 1), (Op.DELETE, 2)]

@@ -1,0 +1,88 @@
+"""Whether a memory the Manager wrote comes from the user's own words.
+
+A memory is what the user said about themselves. Small models write other things: the
+assistant's words ("Lyon is a lovely city with plenty of vegetarian restaurants", from the reply
+to "I live in Lyon"), an answer to the user's question ("Lives in Canberra" after "What is the
+capital of Australia?"), or a fact from the instructions. :class:`Grounds` holds the words the
+user said in the job's turns (the new ones and their context) and those of each memory shown;
+a NEW or UPDATE is *grounded* when at least :data:`GROUNDED_AT` of its content's words are among
+the user's words (or the words of the memory it updates), and fewer of them come from the
+assistant's side alone than from the user's ("Lives in Canberra": "live" is the user's,
+"Canberra" the assistant's). A DELETE is grounded when the memory it names shares a word with
+the user's: a 1.5B model answered "Please forget that I am vegetarian" with a DELETE of the
+only memory shown, "Lives in Paris". A stale memory is cheaper than a lost one: "I don't eat
+meat any more" does not delete "Loves steak" (no shared word).
+
+Words are compared as recall's lexical side indexes them (:class:`~app.memory.search.lexical.
+Analyzer`: lower-cased, stop words dropped, Snowball-stemmed), so a memory in the third person
+("Lives in Lyon", "Works as a nurse") is grounded in "I live in Lyon", "I'm a nurse". What this
+cannot tell: a fact the user only confirms ("No" to "Do you eat honey?" gives "Does not eat
+honey", whose words are the assistant's) is refused; a question the user asks, written as a
+statement with the user's own words, passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+
+from app.memory.learning.decisions import Op, Operation
+from app.memory.learning.prompt import Shown
+from app.memory.learning.turns import text_of
+from app.memory.search.lexical import Analyzer
+
+GROUNDED_AT = 0.5
+"""The share of a memory's words (stems, stop words left out) that must be the user's: the
+third person rewrites a verb ("I'm a nurse" -> "Works as a nurse": 1 of 2), and an assistant's
+sentence about the user's city shares the city and little else (2 of 6)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Grounds:
+    """The words a job's memories may be made of."""
+
+    said: frozenset[str]
+    """The stems of the user's words in the job's turns."""
+    heard: frozenset[str]
+    """The stems of the assistant's words in the job's turns that the user did not say."""
+    shown: dict[int, frozenset[str]]
+    """The stems of each memory shown, by the number it was shown with."""
+    analyzer: Analyzer
+
+    @classmethod
+    def of(cls, turns: Sequence[ModelMessage], shown: Sequence[Shown]) -> Grounds:
+        """The grounds of a job: its turns (context and new; the user's are read) and the
+        memories it showed the Manager."""
+        analyzer = Analyzer()
+        said = frozenset(
+            analyzer.terms(" ".join(text_of(t) for t in turns if isinstance(t, ModelRequest)))
+        )
+        heard = analyzer.terms(" ".join(text_of(t) for t in turns if isinstance(t, ModelResponse)))
+        return cls(
+            said,
+            frozenset(heard) - said,
+            {m.alias: frozenset(analyzer.terms(m.content)) for m in shown},
+            analyzer,
+        )
+
+    def refusal(self, operation: Operation) -> str | None:
+        """Why `operation` is not grounded in the user's words; None when it is."""
+        if operation.op is Op.DELETE:
+            named = self.shown.get(operation.id or 0)
+            if named is None or named & self.said:
+                return None  # an unknown number fails in the applier, saying so
+            return "the memory it deletes shares no word with what the user said"
+        if not operation.content:
+            return None
+        words = set(self.analyzer.terms(operation.content))
+        if not words:
+            return None  # nothing to weigh ("Is 7"): the applier's other rules decide
+        allowed = self.said | self.shown.get(operation.id or 0, frozenset())
+        found = len(words & allowed)
+        borrowed = len((words - allowed) & self.heard)
+        if found >= GROUNDED_AT * len(words) and borrowed < found:
+            return None
+        others = ", ".join(sorted(words - allowed))
+        return f"{found} of its {len(words)} words are the user's (not: {others})"

@@ -1,0 +1,136 @@
+"""What the Manager writes must be the user's words: the grounding guard, alone and in the
+applier, and UPDATEs that restate a memory change nothing."""
+
+from __future__ import annotations
+
+import pytest
+import respx
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.memory.learning.applier import Applier
+from app.memory.learning.decisions import Op, Operation
+from app.memory.learning.grounding import Grounds
+from app.memory.learning.prompt import Shown
+from app.memory.learning.turns import turn
+from app.memory.service import MemoryService
+from app.memory.store.memories import MemoryStore
+from app.memory.store.records import NewMemory, now
+from tests.conftest import AppClientFactory
+from tests.fakes import FakeEmbedder, decided
+from tests.helpers import completion_json
+from tests.memory.learning.support import ANN, manager_client, memories, no_jobs, until
+
+TURNS = [
+    turn("user", "I am a nurse and I live in Lyon."),
+    turn("assistant", "Lyon is a lovely city with plenty of vegetarian restaurants."),
+    turn("user", "What is the capital of Australia?"),
+    turn("assistant", "The capital of Australia is Canberra."),
+]
+SHOWN = [Shown(1, "Plays the cello on Sundays", "fact", now())]
+
+
+def new(content: str) -> Operation:
+    return Operation(op=Op.NEW, content=content)
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["Lives in Lyon", "Works as a nurse", "I am a nurse", "Is a nurse living in Lyon"],
+)
+def test_the_users_words_in_the_third_person_are_grounded(content: str) -> None:
+    assert Grounds.of(TURNS, SHOWN).refusal(new(content)) is None
+
+
+@pytest.mark.parametrize(
+    ("content", "missing"),
+    [
+        ("Lyon is a lovely city with plenty of vegetarian restaurants", "restaur"),  # the reply
+        ("Lives in Canberra", "canberra"),  # the answer to the user's question
+        ("Moved to Oslo in May 2025", "oslo"),  # words of no one in the chat
+    ],
+)
+def test_the_assistants_words_and_strangers_are_not(content: str, missing: str) -> None:
+    refusal = Grounds.of(TURNS, SHOWN).refusal(new(content))
+    assert refusal is not None and missing in refusal
+
+
+def test_a_word_of_the_assistants_question_may_complete_the_users_answer() -> None:
+    chat = [turn("assistant", "How is your painting going?"),
+            turn("user", "Great, I just finished one of a sunset.")]  # fmt: skip
+    assert Grounds.of(chat, []).refusal(new("Finished a painting of a sunset")) is None
+    assert Grounds.of(chat, []).refusal(new("Is painting")) is not None  # the question alone
+
+
+def test_an_update_may_keep_the_words_of_the_memory_it_changes() -> None:
+    grounds = Grounds.of([turn("user", "Actually it is on Saturdays now")], SHOWN)
+    update = Operation(op=Op.UPDATE, id=1, content="Plays the cello on Saturdays")
+    assert grounds.refusal(update) is None
+    assert grounds.refusal(new("Plays the cello on Saturdays")) is not None  # not as a NEW
+    assert grounds.refusal(Operation(op=Op.DELETE, id=1)) is not None  # nothing of it said
+
+
+def test_a_delete_must_name_a_memory_the_user_spoke_of() -> None:
+    shown = [Shown(1, "Lives in Paris", "fact", now()), Shown(2, "Is vegetarian", "fact", now())]
+    grounds = Grounds.of([turn("user", "Please forget that I am vegetarian.")], shown)
+    assert grounds.refusal(Operation(op=Op.DELETE, id=2)) is None
+    refusal = grounds.refusal(Operation(op=Op.DELETE, id=1))
+    assert refusal is not None and "shares no word" in refusal
+
+
+@pytest.fixture
+def service(engine: AsyncEngine) -> MemoryService:
+    return MemoryService(MemoryStore(engine), FakeEmbedder())  # type: ignore[arg-type]
+
+
+async def test_the_applier_refuses_what_is_not_grounded_and_writes_the_rest(
+    service: MemoryService,
+) -> None:
+    records = (await service.add("ann", [NewMemory("Plays the cello on Sundays")])).records
+    aliases = {1: records[0].id}
+    outcomes = await Applier(service).apply("ann", [
+        new("Lives in Lyon"),
+        new("Lyon is a lovely city with plenty of vegetarian restaurants"),
+        Operation(op=Op.UPDATE, id=1, content="Lives in Canberra"),
+    ], aliases, job_id="j", grounds=Grounds.of(TURNS, SHOWN))  # fmt: skip
+    assert [o.result for o in outcomes] == ["ungrounded", "ungrounded", "created"]
+    assert "not:" in (outcomes[0].reason or "")
+    found = {m.content for m in (await service.page("ann"))[0]}
+    assert found == {"Plays the cello on Sundays", "Lives in Lyon"}
+
+
+async def test_an_update_that_restates_a_memory_writes_nothing(service: MemoryService) -> None:
+    """Small models answer the memories they were shown back as UPDATEs: no write, no history."""
+    records = (await service.add("ann", [NewMemory("Lives in  Lyon")])).records
+    (outcome,) = await Applier(service).apply(
+        "ann", [Operation(op=Op.UPDATE, id=1, content="lives in Lyon.")], {1: records[0].id},
+        job_id="j",
+    )  # fmt: skip
+    assert (outcome.result, outcome.memory_id) == ("unchanged", records[0].id)
+    history = await service.history("ann", records[0].id)
+    assert history is not None and [e.action for e in history] == ["created"]
+
+
+async def test_the_worker_applies_with_the_jobs_grounds(
+    make_client: AppClientFactory, upstream: respx.Router
+) -> None:
+    """Through the app: the Manager writes the assistant's reply and the user's fact; only the
+    user's is stored, and the refusal is counted."""
+    upstream.post("/chat/completions").respond(
+        json=completion_json("Lyon is a lovely city with plenty of restaurants.")
+    )
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return decided(info, {"operations": [
+            {"op": "NEW", "content": "Lives in Lyon"},
+            {"op": "NEW", "content": "Lyon is a lovely city with plenty of restaurants"},
+        ]})  # fmt: skip
+
+    client = await manager_client(make_client, answer)
+    body = {"model": "m", "messages": [{"role": "user", "content": "I live in Lyon"}]}
+    assert (await client.post("/v1/chat/completions", json=body, headers=ANN)).status_code == 200
+    await until(lambda: no_jobs(client))
+    assert await memories(client) == ["Lives in Lyon"]
+    metrics = (await client.get("/metrics")).text
+    assert 'memproxy_manager_operations_total{result="ungrounded"} 1.0' in metrics
