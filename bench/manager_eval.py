@@ -103,7 +103,7 @@ from app.memory.learning.manager import (  # noqa: E402
     ManagerUnavailable,
     build_http_client,
 )
-from app.memory.learning.prompt import ANSWER_SHAPE, INSTRUCTIONS, Shown, build_prompt  # noqa: E402
+from app.memory.learning.prompt import Shown, build_prompt, instructions  # noqa: E402
 from app.memory.learning.turns import Role, turn  # noqa: E402
 from app.memory.learning.worker import RELATED_MEMORIES  # noqa: E402
 from app.memory.service import MemoryService  # noqa: E402
@@ -332,7 +332,7 @@ class Run:
         turns = session.turns
         size = self.chunk_turns
         if not size:
-            chars = len(INSTRUCTIONS) + len(ANSWER_SHAPE) + len(prompt)
+            chars = len(instructions(shape=True)) + len(prompt)
             tokens = chars / CHARS_PER_TOKEN + SCHEMA_ALLOWANCE + self.manager_max_tokens
             if tokens <= CTX_SIZE:
                 return [turns]

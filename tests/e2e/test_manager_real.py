@@ -40,9 +40,11 @@ class Chat:
         reply = httpx.post(f"{self.url}/chat/completions", json=body, headers=self.user,
                            timeout=300)  # fmt: skip
         assert reply.status_code == 200, reply.text
+        answer = str(reply.json()["choices"][0]["message"]["content"])
+        print("said:", text, "answered:", answer)  # shown with -s, and on a failure
         if wait:
             self.learned()
-        return str(reply.json()["choices"][0]["message"]["content"])
+        return answer
 
     def learned(self, seconds: float = 600) -> None:
         """Wait until every job of the user has been applied (or parked: that fails below)."""
@@ -86,20 +88,15 @@ def has(memories: list[str], *words: str) -> bool:
 
 
 @pytest.mark.parametrize("mode", ["json_schema", "prompted"])
-def test_a_scripted_chat_is_learned_and_nothing_is_lost_or_invented(
+def test_a_scripted_chat_is_learned_corrected_and_forgotten(
     llm: LlamaServer, manager_llm: LlamaServer, embedder: TextEmbedder, mode: str
 ) -> None:
-    """One user's chats, each a new conversation, each learned before the next: a stated fact,
-    an explicit "remember", a correction, "forget that", and small talk. `json_schema` is what
-    `auto` picks with llama.cpp; `prompted` is JSON asked for in the instructions only.
-
-    Asserted: every answer usable (no job parked), the stated facts stored, no assistant text or
-    prompt line stored, the correction leaves no memory saying the old city alone, what the user
-    asked to forget is gone, small talk changes nothing. Not asserted, because the 1.5B does not
-    do it (seen in runs of this suite; measured by bench/manager_eval.py): one fact per memory
-    in the third person ("I am vegetarian and I live in Lyon" is kept whole), and so the
-    explicit "Remember that my daughter Mia..." (answered as an UPDATE restating memory 1) and
-    keeping "vegetarian" through the correction (memory 1 rewritten as "Lives in Paris")."""
+    """One user's chats, each a new conversation, each learned before the next: two facts in
+    one sentence, an explicit "remember", a correction that must replace the old fact, "forget
+    that", and small talk that must change nothing. `json_schema` is what `auto` picks with
+    llama.cpp; `prompted` is JSON asked for in the instructions only. Asserted on what is
+    stored (words that must or must not be there), never on the wording a model chose; the
+    one-fact-per-memory and third-person rules are measured by bench/manager_eval.py."""
     with memproxy(llm, manager_llm, embedder, mode) as chat:
         answer = chat.say("I am vegetarian and I live in Lyon.")
         stated = chat.memories()
@@ -107,19 +104,20 @@ def test_a_scripted_chat_is_learned_and_nothing_is_lost_or_invented(
         assert not any(answer[:30].lower() in m.lower() for m in stated), (answer, stated)
         assert not any(m.startswith(("USER:", "ASSISTANT:", "Current date")) for m in stated)
 
-        answer = chat.say("Remember that my daughter Mia turns 7 on 3 May.")
+        chat.say("Remember that my daughter Mia turns 7 on 3 May.")
         remembered = chat.memories()
-        assert has(remembered, "Lyon"), remembered
-        assert not any(answer[:30].lower() in m.lower() for m in remembered), answer
+        assert has(remembered, "vegetarian") and has(remembered, "Lyon"), remembered
 
         chat.say("I have moved: I live in Paris now, not in Lyon any more.")
         moved = chat.memories()
         assert has(moved, "Paris"), moved
         assert not any("lyon" in m.lower() and "paris" not in m.lower() for m in moved), moved
+        assert has(moved, "vegetarian"), moved
 
         chat.say("Please forget that I am vegetarian.")
         forgot = chat.memories()
-        assert not has(forgot, "vegetarian") and has(forgot, "Paris"), forgot
+        assert not has(forgot, "vegetarian"), forgot
+        assert has(forgot, "Paris"), forgot
 
         chat.say("Thanks, that's all for now. Have a nice evening!")
         assert sorted(chat.memories()) == sorted(forgot)

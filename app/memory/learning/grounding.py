@@ -8,7 +8,9 @@ user said in the job's turns (the new ones and their context) and those of each 
 a NEW or UPDATE is *grounded* when at least :data:`GROUNDED_AT` of its content's words are among
 the user's words (or the words of the memory it updates), and fewer of them come from the
 assistant's side alone than from the user's ("Lives in Canberra": "live" is the user's,
-"Canberra" the assistant's). A DELETE is grounded when the memory it names shares a word with
+"Canberra" the assistant's). The user's questions are not their words here: what the user only
+asks about is no memory ("Capital of Australia is Canberra" after "What is the capital of
+Australia?" was stored). A DELETE is grounded when the memory it names shares a word with
 the user's: a 1.5B model answered "Please forget that I am vegetarian" with a DELETE of the
 only memory shown, "Lives in Paris". A stale memory is cheaper than a lost one: "I don't eat
 meat any more" does not delete "Loves steak" (no shared word).
@@ -23,6 +25,7 @@ statement with the user's own words, passes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,7 +47,7 @@ class Grounds:
     """The words a job's memories may be made of."""
 
     said: frozenset[str]
-    """The stems of the user's words in the job's turns."""
+    """The stems of the user's words in the job's turns, questions left out."""
     heard: frozenset[str]
     """The stems of the assistant's words in the job's turns that the user did not say."""
     shown: dict[int, frozenset[str]]
@@ -57,7 +60,7 @@ class Grounds:
         memories it showed the Manager."""
         analyzer = Analyzer()
         said = frozenset(
-            analyzer.terms(" ".join(text_of(t) for t in turns if isinstance(t, ModelRequest)))
+            analyzer.terms(" ".join(_statements(t) for t in turns if isinstance(t, ModelRequest)))
         )
         heard = analyzer.terms(" ".join(text_of(t) for t in turns if isinstance(t, ModelResponse)))
         return cls(
@@ -86,3 +89,12 @@ class Grounds:
             return None
         others = ", ".join(sorted(words - allowed))
         return f"{found} of its {len(words)} words are the user's (not: {others})"
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _statements(turn: ModelMessage) -> str:
+    """The turn's text without its questions (sentences ending with "?")."""
+    sentences = _SENTENCE_END.split(text_of(turn))
+    return " ".join(s for s in sentences if not s.rstrip().endswith("?"))

@@ -65,7 +65,7 @@ from app.memory.learning.decisions import (
     complete_operations,
     decisions_for,
 )
-from app.memory.learning.prompt import ANSWER_SHAPE, INSTRUCTIONS, Shown, build_prompt
+from app.memory.learning.prompt import Shown, build_prompt, instructions
 from app.proxy.tls import ssl_context, verification_failed, verification_hint
 
 logger = logging.getLogger("memproxy.manager")
@@ -207,7 +207,7 @@ class Manager:
         agent = Agent(
             model,
             output_type=output,
-            instructions=INSTRUCTIONS + ("" if mode == "tool" else ANSWER_SHAPE),
+            instructions=instructions(shape=mode != "tool"),
             retries=s.manager_max_retries,
             model_settings=ModelSettings(
                 temperature=s.manager_temperature,

@@ -15,9 +15,13 @@ The prompt (:func:`build_prompt`) holds:
   marked USER and ASSISTANT, and only what the user says about themselves is a memory; not
   role-aware, the user's messages only. System prompts, documents and tool output are not turns.
 
-The instructions hold no example fact, only placeholders: small models stored the examples as
-the user's memories ("Moved to Oslo in May 2025"; later "Lives in Paris" and "Brother is a pilot",
-though marked as examples, by a 1.5B on LoCoMo).
+The instructions end with three worked examples (:data:`EXAMPLES`). Without them a 1.5B model
+kept "I am vegetarian and I live in Lyon" whole in the first person and answered a new fact as
+an UPDATE of memory 1; with them it wrote "Is a vegetarian", "Lives in Lyon" and "Daughter Mia
+turns 7 on 3 May" as NEWs. Small models do store examples as the user's facts (earlier
+instructions' "Moved to Oslo in May 2025"; "Lives in Paris" on LoCoMo), so they are marked as
+made up, and the applier refuses a memory whose words the user did not say
+(:mod:`app.memory.learning.grounding`): an example fact never is.
 """
 
 from __future__ import annotations
@@ -62,6 +66,25 @@ Which operation:
 - type is one of: {", ".join(t.value for t in MemoryType)}.
 """
 
+EXAMPLES = """
+Three examples. Their people and facts are made up: never write them as memories.
+- Existing memories: none. USER: I'm a nurse, I live in Oslo and my sister Ana has two cats.
+  ASSISTANT: Lovely!
+  Answer: {"operations": [{"op": "NEW", "content": "Is a nurse", "type": "fact"},
+  {"op": "NEW", "content": "Lives in Oslo", "type": "fact"},
+  {"op": "NEW", "content": "Sister Ana has two cats", "type": "fact"}]}
+- Existing memories: 1. Lives in Rome 2. Plays tennis 3. Is a nurse. USER: I moved to Madrid,
+  and forget the tennis. Remember my son Leo starts school on 2 September.
+  ASSISTANT: Noted, and good luck to Leo!
+  Answer: {"operations": [{"op": "UPDATE", "id": 1, "content": "Lives in Madrid"},
+  {"op": "DELETE", "id": 2}, {"op": "NEW", "content": "Son Leo starts school on 2 September",
+  "type": "event"}]}
+- Existing memories: 1. Is a nurse. USER: Thanks, bye! ASSISTANT: Bye!
+  Answer: {"operations": []}
+"""
+"""Worked examples, after the instructions in every output mode (the module docstring says why
+they are there and why they are safe)."""
+
 ANSWER_SHAPE = """
 Answer with JSON only, of this shape (<...> are placeholders, not memories):
 {"operations": [{"op": "NEW", "content": "<statement>", "type": "<type>"},
@@ -69,6 +92,12 @@ Answer with JSON only, of this shape (<...> are placeholders, not memories):
 """
 """Added to the instructions when the answer is JSON in the text (``json_schema``, ``prompted``):
 a small model keeps a shape shown this way better than the schema alone."""
+
+
+def instructions(*, shape: bool) -> str:
+    """The Manager's instructions; with `shape`, the answer's JSON shape too (answers given as
+    text: ``json_schema``, ``prompted``; a tool call has its schema)."""
+    return INSTRUCTIONS + (ANSWER_SHAPE if shape else "") + EXAMPLES
 
 
 @dataclass(frozen=True, slots=True)

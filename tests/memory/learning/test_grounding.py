@@ -48,6 +48,7 @@ def test_the_users_words_in_the_third_person_are_grounded(content: str) -> None:
     [
         ("Lyon is a lovely city with plenty of vegetarian restaurants", "restaur"),  # the reply
         ("Lives in Canberra", "canberra"),  # the answer to the user's question
+        ("Capital of Australia is Canberra", "australia"),  # what the user only asked about
         ("Moved to Oslo in May 2025", "oslo"),  # words of no one in the chat
     ],
 )
@@ -61,6 +62,8 @@ def test_a_word_of_the_assistants_question_may_complete_the_users_answer() -> No
             turn("user", "Great, I just finished one of a sunset.")]  # fmt: skip
     assert Grounds.of(chat, []).refusal(new("Finished a painting of a sunset")) is None
     assert Grounds.of(chat, []).refusal(new("Is painting")) is not None  # the question alone
+    asked = [turn("user", "Should I move to Paris? I got a job offer there!")]
+    assert Grounds.of(asked, []).refusal(new("Got a job offer in Paris")) is None
 
 
 def test_an_update_may_keep_the_words_of_the_memory_it_changes() -> None:
