@@ -92,9 +92,17 @@ class Grounds:
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_ASKING = re.compile(
+    r"(?:what|when|where|which|who|whom|whose|why|how|is|are|am|was|were|do|does|did|can|could|"
+    r"should|would|will|shall|may|might|have|has|had)\b",
+    re.IGNORECASE,
+)
 
 
 def _statements(turn: ModelMessage) -> str:
-    """The turn's text without its questions (sentences ending with "?")."""
+    """The turn's text without its questions: sentences that end with "?" and begin as a
+    question does ("What is...?", "Should I...?"; not "I live in Oslo, what about you?")."""
     sentences = _SENTENCE_END.split(text_of(turn))
-    return " ".join(s for s in sentences if not s.rstrip().endswith("?"))
+    return " ".join(
+        s for s in sentences if not (s.rstrip().endswith("?") and _ASKING.match(s.lstrip()))
+    )

@@ -64,6 +64,8 @@ def test_a_word_of_the_assistants_question_may_complete_the_users_answer() -> No
     assert Grounds.of(chat, []).refusal(new("Is painting")) is not None  # the question alone
     asked = [turn("user", "Should I move to Paris? I got a job offer there!")]
     assert Grounds.of(asked, []).refusal(new("Got a job offer in Paris")) is None
+    told = [turn("user", "I live in Oslo, what about the fjord?")]  # a fact, then a question
+    assert Grounds.of(told, []).refusal(new("Lives in Oslo")) is None
 
 
 def test_an_update_may_keep_the_words_of_the_memory_it_changes() -> None:
