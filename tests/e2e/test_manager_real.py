@@ -95,8 +95,13 @@ def test_a_scripted_chat_is_learned_corrected_and_forgotten(
     one sentence, an explicit "remember", a correction that must replace the old fact, "forget
     that", and small talk that must change nothing. `json_schema` is what `auto` picks with
     llama.cpp; `prompted` is JSON asked for in the instructions only. Asserted on what is
-    stored (words that must or must not be there), never on the wording a model chose; the
-    one-fact-per-memory and third-person rules are measured by bench/manager_eval.py."""
+    stored (words that must or must not be there), never on the wording a model chose.
+
+    Not asserted: "Remember that my daughter Mia turns 7 on 3 May" is stored. The chat model
+    answers it "I'm sorry, but I can't assist with that", and the 1.5B then answers no operation
+    (or, with the same memories listed in the other order, a NEW "Daughter Mia turns 7 on 3
+    May"): a coin toss at temperature 0, measured on LoCoMo by bench/manager_eval.py instead.
+    What is asserted of that step: the job is applied and nothing known is lost."""
     with memproxy(llm, manager_llm, embedder, mode) as chat:
         answer = chat.say("I am vegetarian and I live in Lyon.")
         stated = chat.memories()

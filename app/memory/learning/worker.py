@@ -152,7 +152,9 @@ class Worker:
         operations = await self._manager.decide(
             job.model, memories=shown, context=context, new=new, now=now()
         )
-        return operations, aliases, Grounds.of([*context, *new], shown)
+        # Up to ~100 turns of 8,000 characters: stemming them would hold the loop for a while.
+        grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown)
+        return operations, aliases, grounds
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:
