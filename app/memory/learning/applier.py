@@ -13,10 +13,10 @@ job's id):
 - Guards: a memory that is a line of the prompt (:data:`PROMPT_ECHOES`) fails; given the job's
   :class:`~app.memory.learning.grounding.Grounds`, a NEW or UPDATE whose words are not the
   user's is ``ungrounded`` and changes nothing; an UPDATE to the text the memory already holds is
-  ``unchanged`` (no write, no history); a creation whose
+  ``unchanged`` (no write, no history); a creation or update whose
   content is a near-duplicate of one of the user's memories (cosine of
-  the best-matching part above ``MEMPROXY_DEDUP_THRESHOLD``), or of an earlier creation of the same
-  job, creates nothing.
+  the best-matching part above ``MEMPROXY_DEDUP_THRESHOLD``; for an update, of another memory than
+  the one it updates), or of an earlier operation of the same job, writes nothing.
 
 Every operation gets an :class:`Applied`; none raises.
 """
@@ -107,19 +107,25 @@ class Applier:
         return outcomes
 
     async def _skip_duplicates(self, user_id: str, planned: list[_Planned]) -> list[Applied]:
-        """Drop (mark with `embedded` None) creations that repeat a memory or an earlier one."""
+        """Drop (mark with `embedded` None) creations and updates whose text repeats another
+        memory or an earlier operation of the job: small models UPDATE several memories with
+        one text, which turned them into copies and lost what they held."""
         entry = await self._service.cache.get(user_id)
         outcomes = []
         earlier: list[np.ndarray] = []
         for plan in planned:
-            if plan.memory_id is not None or plan.embedded is None:
+            if plan.embedded is None:
                 continue
             whole = plan.embedded.vectors[0]
-            keys, scores = entry.vectors.search(whole, 1)
-            if len(keys) and scores[0] > self._threshold:
-                found = await self._service.store.get_many(user_id, [int(keys[0])])
-                duplicate = found[int(keys[0])].id if int(keys[0]) in found else None
-                reason = f"cosine {scores[0]:.3f} with an existing memory"
+            keys, scores = entry.vectors.search(whole, 2)  # the memory updated may be one
+            near = [(int(k), float(c)) for k, c in zip(keys, scores, strict=True)
+                    if c > self._threshold]  # fmt: skip
+            rows = await self._service.store.get_many(user_id, [k for k, _ in near])
+            others = [(rows[k].id if k in rows else None, c) for k, c in near
+                      if k not in rows or rows[k].id != plan.memory_id]  # fmt: skip
+            if others:
+                duplicate, cosine = others[0]
+                reason = f"cosine {cosine:.3f} with an existing memory"
                 outcomes.append(Applied(plan.operation, "duplicate", duplicate, reason))
                 plan.embedded = None
             elif any(float(whole @ other) > self._threshold for other in earlier):

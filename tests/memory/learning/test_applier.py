@@ -242,3 +242,17 @@ async def test_a_job_that_changes_nothing_bumps_no_version(service: MemoryServic
         "ann", [Operation(op=Op.DELETE, id=1)], aliases, job_id="j"
     )
     assert outcome.result == "failed" and await service.store.version("ann") == version
+
+
+async def test_an_update_never_makes_a_memory_a_copy_of_another(service: MemoryService) -> None:
+    """A 1.5B model on LoCoMo UPDATEd several memories with one sentence: they became copies,
+    and what they held was lost."""
+    aliases = await seed(service, "Lives in Oslo", "Plays the cello", "Has a cat")
+    outcomes = await Applier(service).apply("ann", [
+        Operation(op=Op.UPDATE, id=1, content="Has a cat"),  # the text of memory 3
+        Operation(op=Op.UPDATE, id=2, content="Plays the cello every Sunday"),
+        Operation(op=Op.UPDATE, id=3, content="Plays the cello every Sunday"),  # a repeat
+    ], aliases, job_id="j")  # fmt: skip
+    assert sorted(o.result for o in outcomes) == ["duplicate", "duplicate", "updated"]
+    assert outcomes[0].memory_id == aliases[3]
+    assert await contents(service) == {"Lives in Oslo", "Plays the cello every Sunday", "Has a cat"}
