@@ -96,7 +96,7 @@ from app.main import create_app  # noqa: E402
 from app.memory.learning.applier import Applied, Applier  # noqa: E402
 from app.memory.learning.decisions import Op, Operation  # noqa: E402
 from app.memory.learning.extraction import CONTEXT_TURNS  # noqa: E402
-from app.memory.learning.grounding import Grounds  # noqa: E402
+from app.memory.learning.grounding import Grounds, with_requests  # noqa: E402
 from app.memory.learning.manager import (  # noqa: E402
     Manager,
     ManagerAnswerUnusable,
@@ -409,9 +409,10 @@ class Run:
         for exchange in job["exchanges"]:
             tokens = (exchange.get("usage") or {}).get("prompt_tokens") or 0
             stats.max_prompt_tokens = max(stats.max_prompt_tokens, int(tokens))
+        grounds = Grounds.of([*context_turns, *new_turns], shown)  # as the worker does
         outcomes = await self.applier.apply(
-            self.user_id, operations, aliases, job_id=f"eval-{uuid.uuid4().hex[:12]}",
-            grounds=Grounds.of([*context_turns, *new_turns], shown),
+            self.user_id, with_requests(operations, new_turns, grounds), aliases,
+            job_id=f"eval-{uuid.uuid4().hex[:12]}", grounds=grounds,
         )  # fmt: skip
         job["outcomes"] = await self.checked(session, outcomes, shown)
         return job

@@ -97,11 +97,9 @@ def test_a_scripted_chat_is_learned_corrected_and_forgotten(
     llama.cpp; `prompted` is JSON asked for in the instructions only. Asserted on what is
     stored (words that must or must not be there), never on the wording a model chose.
 
-    Not asserted: "Remember that my daughter Mia turns 7 on 3 May" is stored. The chat model
-    answers it "I'm sorry, but I can't assist with that", and the 1.5B then answers no operation
-    (or, with the same memories listed in the other order, a NEW "Daughter Mia turns 7 on 3
-    May"): a coin toss at temperature 0, measured on LoCoMo by bench/manager_eval.py instead.
-    What is asserted of that step: the job is applied and nothing known is lost."""
+    The chat model answers "Remember that my daughter Mia..." with "I'm sorry, but I can't
+    assist with that", and the 1.5B then often answers no operation: the request is stored in
+    the user's words all the same (`grounding.with_requests`)."""
     with memproxy(llm, manager_llm, embedder, mode) as chat:
         answer = chat.say("I am vegetarian and I live in Lyon.")
         stated = chat.memories()
@@ -111,13 +109,14 @@ def test_a_scripted_chat_is_learned_corrected_and_forgotten(
 
         chat.say("Remember that my daughter Mia turns 7 on 3 May.")
         remembered = chat.memories()
+        assert has(remembered, "Mia", "May"), remembered
         assert has(remembered, "vegetarian") and has(remembered, "Lyon"), remembered
 
         chat.say("I have moved: I live in Paris now, not in Lyon any more.")
         moved = chat.memories()
         assert has(moved, "Paris"), moved
         assert not any("lyon" in m.lower() and "paris" not in m.lower() for m in moved), moved
-        assert has(moved, "vegetarian"), moved
+        assert has(moved, "vegetarian") and has(moved, "Mia"), moved
 
         chat.say("Please forget that I am vegetarian.")
         forgot = chat.memories()

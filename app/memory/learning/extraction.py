@@ -36,6 +36,32 @@ EXPLICIT = re.compile(
 """Phrases by which a user asks to remember or forget, or corrects what is known of them."""
 
 
+REQUEST = re.compile(
+    r"^\W*(?:(?:also|and|oh|ok|okay|so|btw|but)[,\s]+)?(?:please\s+)?"
+    r"(?:remember|don'?t\s+forget|do\s+not\s+forget|keep\s+in\s+mind|note)"
+    r"\s*[:,]?\s+(?:that\s+(?P<that>.+)|(?P<mine>(?:my|i|i'm|i've|i'd|i'll|we|our)\b.+))",
+    re.IGNORECASE | re.DOTALL,
+)
+"""A sentence that asks to remember something, and what: "Remember that my daughter Mia turns 7
+on 3 May", "Please note: I'm allergic to nuts". Not "I don't remember that film"."""
+REQUEST_CHARS = 500
+"""A longer request is no single fact: the Manager's reading of it stands."""
+
+
+def requested(text: str) -> list[str]:
+    """What the text's sentences explicitly ask to remember, as the user put it ("My daughter
+    Mia turns 7 on 3 May"), each under :data:`REQUEST_CHARS`."""
+    if len(text) > 20 * REQUEST_CHARS:
+        return []  # a document, not a request
+    found = []
+    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
+        match = REQUEST.match(sentence.strip())
+        what = (match.group("that") or match.group("mine")).strip(" .!") if match else ""
+        if what and len(what) <= REQUEST_CHARS:
+            found.append(what[0].upper() + what[1:])
+    return found
+
+
 SEARCH_CHARS = 1 << 14
 """How much text one search for :data:`EXPLICIT` covers (a few ms: the pattern is slow, ~150 ns a
 character); a long text is searched in windows, so that no one call holds the GIL for long."""

@@ -15,6 +15,9 @@ the user's: a 1.5B model answered "Please forget that I am vegetarian" with a DE
 only memory shown, "Lives in Paris". A stale memory is cheaper than a lost one: "I don't eat
 meat any more" does not delete "Loves steak" (no shared word).
 
+What the user explicitly asked to remember is not left to the model: :func:`with_requests` adds
+it, in the user's words, when the answer leaves it out.
+
 Words are compared as recall's lexical side indexes them (:class:`~app.memory.search.lexical.
 Analyzer`: lower-cased, stop words dropped, Snowball-stemmed), so a memory in the third person
 ("Lives in Lyon", "Works as a nurse") is grounded in "I live in Lyon", "I'm a nurse". What this
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from app.memory.learning.decisions import Op, Operation
+from app.memory.learning.extraction import requested
 from app.memory.learning.prompt import Shown
 from app.memory.learning.turns import text_of
 from app.memory.search.lexical import Analyzer
@@ -89,6 +93,29 @@ class Grounds:
             return None
         others = ", ".join(sorted(words - allowed))
         return f"{found} of its {len(words)} words are the user's (not: {others})"
+
+
+def with_requests(
+    operations: list[Operation], turns: Sequence[ModelMessage], grounds: Grounds
+) -> list[Operation]:
+    """`operations`, and a NEW for each thing a user turn explicitly asked to remember
+    (:func:`~app.memory.learning.extraction.requested`) that no NEW or UPDATE holds (less than
+    half of its words): what the user asked for is stored in their words rather than lost. A
+    1.5B model answered "Remember that my daughter Mia turns 7 on 3 May" with no operation
+    when the chat's model had replied "I'm sorry, but I can't assist with that"."""
+    written = [
+        set(grounds.analyzer.terms(o.content or "")) for o in operations if o.op is not Op.DELETE
+    ]
+    added = []
+    for turn in turns:
+        if not isinstance(turn, ModelRequest):
+            continue
+        for what in requested(text_of(turn)):
+            words = set(grounds.analyzer.terms(what))
+            if words and not any(len(words & w) >= GROUNDED_AT * len(words) for w in written):
+                added.append(Operation(op=Op.NEW, content=what))
+                written.append(words)
+    return [*operations, *added]
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

@@ -23,7 +23,7 @@ from app.config import Settings
 from app.memory.learning.applier import Applier
 from app.memory.learning.decisions import Operation
 from app.memory.learning.extraction import CONTEXT_TURNS
-from app.memory.learning.grounding import Grounds
+from app.memory.learning.grounding import Grounds, with_requests
 from app.memory.learning.jobs import Job, JobQueue
 from app.memory.learning.manager import Manager, ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.prompt import Shown
@@ -154,7 +154,7 @@ class Worker:
         )
         # Up to ~100 turns of 8,000 characters: stemming them would hold the loop for a while.
         grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown)
-        return operations, aliases, grounds
+        return with_requests(operations, new, grounds), aliases, grounds
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:

@@ -11,7 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.learning.applier import Applier
 from app.memory.learning.decisions import Op, Operation
-from app.memory.learning.grounding import Grounds
+from app.memory.learning.extraction import requested
+from app.memory.learning.grounding import Grounds, with_requests
 from app.memory.learning.prompt import Shown
 from app.memory.learning.turns import turn
 from app.memory.service import MemoryService
@@ -120,8 +121,9 @@ async def test_an_update_that_restates_a_memory_writes_nothing(service: MemorySe
 async def test_the_worker_applies_with_the_jobs_grounds(
     make_client: AppClientFactory, upstream: respx.Router
 ) -> None:
-    """Through the app: the Manager writes the assistant's reply and the user's fact; only the
-    user's is stored, and the refusal is counted."""
+    """Through the app: the Manager writes the assistant's reply and the user's fact, and leaves
+    out what the user asked to remember; the user's fact is stored, the reply refused (and
+    counted), the request added."""
     upstream.post("/chat/completions").respond(
         json=completion_json("Lyon is a lovely city with plenty of restaurants.")
     )
@@ -133,9 +135,37 @@ async def test_the_worker_applies_with_the_jobs_grounds(
         ]})  # fmt: skip
 
     client = await manager_client(make_client, answer)
-    body = {"model": "m", "messages": [{"role": "user", "content": "I live in Lyon"}]}
+    said = "I live in Lyon. Remember that my cat is called Tom."
+    body = {"model": "m", "messages": [{"role": "user", "content": said}]}
     assert (await client.post("/v1/chat/completions", json=body, headers=ANN)).status_code == 200
     await until(lambda: no_jobs(client))
-    assert await memories(client) == ["Lives in Lyon"]
+    assert await memories(client) == ["Lives in Lyon", "My cat is called Tom"]
     metrics = (await client.get("/metrics")).text
     assert 'memproxy_manager_operations_total{result="ungrounded"} 1.0' in metrics
+
+
+@pytest.mark.parametrize(
+    ("text", "asked"),
+    [
+        ("Remember that my daughter Mia turns 7 on 3 May.", ["My daughter Mia turns 7 on 3 May"]),
+        ("Hi! Please note: I'm allergic to nuts. Thanks", ["I'm allergic to nuts"]),
+        ("Don't forget my flight is on Friday!\nAlso remember I hate olives",
+         ["My flight is on Friday", "I hate olives"]),
+        ("I don't remember that film. Can you remember what I said?", []),
+        ("Remember that?", []),
+        ("Remember that " + "x" * 600, []),  # no single fact: the Manager's reading stands
+    ],
+)  # fmt: skip
+def test_what_the_user_explicitly_asks_to_remember(text: str, asked: list[str]) -> None:
+    assert requested(text) == asked
+
+
+def test_an_explicit_request_the_answer_left_out_is_added_in_the_users_words() -> None:
+    turns = [turn("user", "I moved. Remember that my daughter Mia turns 7 on 3 May."),
+             turn("assistant", "I'm sorry, but I can't assist with that.")]  # fmt: skip
+    grounds = Grounds.of(turns, SHOWN)
+    (added,) = with_requests([], turns, grounds)
+    assert (added.op, added.content) == (Op.NEW, "My daughter Mia turns 7 on 3 May")
+    assert grounds.refusal(added) is None
+    kept = [new("Daughter Mia turns 7 on 3 May"), Operation(op=Op.DELETE, id=1)]
+    assert with_requests(kept, turns, grounds) == kept  # the answer holds it already
