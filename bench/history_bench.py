@@ -1,11 +1,14 @@
-"""How long the hot path's request work takes for a 50-message conversation.
+"""How long the hot path's request work takes for a conversation (50 messages by default).
 
 Prints, per step, p50 / p99 / mean in microseconds over many runs:
   validate   the body checked against the OpenAI schema (on every request)
   classify   request kind detection (on every request)
   convert    OpenAI messages -> PydanticAI history (target: < 1 ms)
+  turns      the history -> the Manager's turns (a chat that may write memories)
+  marks      the fingerprints of its user turns (idem)
 
 Run: .venv/bin/python bench/history_bench.py [--runs 2000]
+     .venv/bin/python bench/history_bench.py --messages 100001 --runs 5   # a very long chat
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from app.memory.learning.turns import fingerprints_of, turns_of
 from app.proxy.history import convert
 from app.proxy.kinds import classify
 from app.schemas.openai import chat_request_adapter
@@ -84,16 +88,21 @@ def measure(fn: Callable[[], object], runs: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--messages", type=int, default=50)
     args = parser.parse_args()
-    body = conversation(50)
+    body = conversation(args.messages)
     checked = chat_request_adapter.validate_python(body)
-    assert len(checked.messages) == 50
+    assert len(checked.messages) == args.messages
+    history = convert(checked.messages)
+    turns = turns_of(history, None)
     steps = {
         "validate": lambda: chat_request_adapter.validate_python(body),
         "classify": lambda: classify(body["messages"], None),
         "convert": lambda: convert(checked.messages),
+        "turns": lambda: turns_of(history, None),
+        "marks": lambda: fingerprints_of(turns),
     }
-    print(f"50-message conversation, {args.runs} runs each (microseconds)")
+    print(f"{args.messages:,}-message conversation, {args.runs} runs each (microseconds)")
     print(f"{'step':<10} {'p50':>8} {'p99':>8} {'mean':>8}")
     for name, fn in steps.items():
         samples = sorted(measure(fn, args.runs))
