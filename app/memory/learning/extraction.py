@@ -37,27 +37,43 @@ EXPLICIT = re.compile(
 
 
 REQUEST = re.compile(
-    r"^\W*(?:(?:also|and|oh|ok|okay|so|btw|but)[,\s]+)?(?:please\s+)?"
-    r"(?:remember|don'?t\s+forget|do\s+not\s+forget|keep\s+in\s+mind|note)"
-    r"\s*[:,]?\s+(?:that\s+(?P<that>.+)|(?P<mine>(?:my|i|i'm|i've|i'd|i'll|we|our)\b.+))",
+    r"^[\s\"'“(*-]*(?:(?:also|and|oh|ok|okay|so|btw|but|hey|please)[,\s]+)*"
+    r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?)?"
+    r"(?:remember|don[’']?t\s+forget|do\s+not\s+forget|keep\s+in\s+mind|note)"
+    r"(?:\s*[:,])?\s+(?!(?:what|when|where|how|why|who|which|if|whether)\b)"
+    r"(?:that\s+)?(?P<what>.+)",
     re.IGNORECASE | re.DOTALL,
 )
 """A sentence that asks to remember something, and what: "Remember that my daughter Mia turns 7
-on 3 May", "Please note: I'm allergic to nuts". Not "I don't remember that film"."""
+on 3 May", "Please note: I'm allergic to nuts", "Could you remember that I'm vegan?". What it
+asks must be about the user (a first-person word in it, :data:`FIRST_PERSON`): "Note that the
+function returns None" in a coding chat is no request to remember."""
+FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|we|our|us)\b", re.IGNORECASE)
 REQUEST_CHARS = 500
 """A longer request is no single fact: the Manager's reading of it stands."""
+_FENCED = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+_SENTENCES = re.compile(
+    r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bProf\.)"
+    r"(?<=[.!?])\s+|\n+"
+)
 
 
 def requested(text: str) -> list[str]:
-    """What the text's sentences explicitly ask to remember, as the user put it ("My daughter
-    Mia turns 7 on 3 May"), each under :data:`REQUEST_CHARS`."""
+    """What the text's sentences explicitly ask to remember about the user, as the user put it
+    ("My daughter Mia turns 7 on 3 May"), each under :data:`REQUEST_CHARS`. Code blocks are
+    not read; a question is a request only when it asks "can you / could you remember..."."""
     if len(text) > 20 * REQUEST_CHARS:
         return []  # a document, not a request
     found = []
-    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
+    for sentence in _SENTENCES.split(_FENCED.sub(" ", text)):
         match = REQUEST.match(sentence.strip())
-        what = (match.group("that") or match.group("mine")).strip(" .!") if match else ""
-        if what and len(what) <= REQUEST_CHARS:
+        if match is None:
+            continue
+        what = match.group("what").strip(" .!?")
+        asking = sentence.rstrip().endswith("?")
+        if asking and not re.search(r"\byou\s+(?:please\s+)?(?:remember|note)", sentence, re.I):
+            continue  # "Remember that time we went to Paris?"
+        if what and len(what) <= REQUEST_CHARS and FIRST_PERSON.search(what):
             found.append(what[0].upper() + what[1:])
     return found
 

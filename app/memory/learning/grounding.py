@@ -10,10 +10,11 @@ the user's words (or the words of the memory it updates), and fewer of them come
 assistant's side alone than from the user's ("Lives in Canberra": "live" is the user's,
 "Canberra" the assistant's). The user's questions are not their words here: what the user only
 asks about is no memory ("Capital of Australia is Canberra" after "What is the capital of
-Australia?" was stored). A DELETE is grounded when the memory it names shares a word with
-the user's: a 1.5B model answered "Please forget that I am vegetarian" with a DELETE of the
-only memory shown, "Lives in Paris". A stale memory is cheaper than a lost one: "I don't eat
-meat any more" does not delete "Loves steak" (no shared word).
+Australia?" was stored); a question about themselves is. A DELETE is grounded when the memory
+it names shares a word with the user's, or the user asked to forget everything: a 1.5B model
+answered "Please forget that I am vegetarian" with a DELETE of the only memory shown, "Lives in
+Paris". A stale memory is cheaper than a lost one: "I don't eat meat any more" does not delete
+"Loves steak" (no shared word), nor "forget what I told you about my job" "Works as a nurse".
 
 What the user explicitly asked to remember is not left to the model: :func:`with_requests` adds
 it, in the user's words, when the answer leaves it out.
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from app.memory.learning.decisions import Op, Operation
-from app.memory.learning.extraction import requested
+from app.memory.learning.extraction import FIRST_PERSON, requested
 from app.memory.learning.prompt import Shown
 from app.memory.learning.turns import text_of
 from app.memory.search.lexical import Analyzer
@@ -57,6 +58,9 @@ class Grounds:
     shown: dict[int, frozenset[str]]
     """The stems of each memory shown, by the number it was shown with."""
     analyzer: Analyzer
+    erasing: bool = False
+    """The user asked to forget everything (or all, whatever, what you know): any DELETE goes,
+    as such a request names no memory's words."""
 
     @classmethod
     def of(cls, turns: Sequence[ModelMessage], shown: Sequence[Shown]) -> Grounds:
@@ -67,18 +71,20 @@ class Grounds:
             analyzer.terms(" ".join(_statements(t) for t in turns if isinstance(t, ModelRequest)))
         )
         heard = analyzer.terms(" ".join(text_of(t) for t in turns if isinstance(t, ModelResponse)))
+        users = " ".join(text_of(t) for t in turns if isinstance(t, ModelRequest))
         return cls(
             said,
             frozenset(heard) - said,
             {m.alias: frozenset(analyzer.terms(m.content)) for m in shown},
             analyzer,
+            _ERASING.search(users) is not None,
         )
 
     def refusal(self, operation: Operation) -> str | None:
         """Why `operation` is not grounded in the user's words; None when it is."""
         if operation.op is Op.DELETE:
             named = self.shown.get(operation.id or 0)
-            if named is None or named & self.said:
+            if named is None or self.erasing or named & self.said:
                 return None  # an unknown number fails in the applier, saying so
             return "the memory it deletes shares no word with what the user said"
         if not operation.content:
@@ -99,13 +105,15 @@ def with_requests(
     operations: list[Operation], turns: Sequence[ModelMessage], grounds: Grounds
 ) -> list[Operation]:
     """`operations`, and a NEW for each thing a user turn explicitly asked to remember
-    (:func:`~app.memory.learning.extraction.requested`) that no NEW or UPDATE holds (less than
-    half of its words): what the user asked for is stored in their words rather than lost. A
+    (:func:`~app.memory.learning.extraction.requested`) that no NEW or UPDATE, nor a memory
+    shown, holds (half of its words or more): what the user asked for is stored in their words
+    rather than lost. A
     1.5B model answered "Remember that my daughter Mia turns 7 on 3 May" with no operation
     when the chat's model had replied "I'm sorry, but I can't assist with that"."""
     written = [
         set(grounds.analyzer.terms(o.content or "")) for o in operations if o.op is not Op.DELETE
     ]
+    written += [set(words) for words in grounds.shown.values()]  # known already: not again
     added = []
     for turn in turns:
         if not isinstance(turn, ModelRequest):
@@ -118,6 +126,10 @@ def with_requests(
     return [*operations, *added]
 
 
+_ERASING = re.compile(
+    r"\b(?:forget|erase|delete|remove|wipe)\s+(?:everything|all|whatever|what\s+you\s+know)\b",
+    re.IGNORECASE,
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _ASKING = re.compile(
     r"(?:what|when|where|which|who|whom|whose|why|how|is|are|am|was|were|do|does|did|can|could|"
@@ -127,9 +139,17 @@ _ASKING = re.compile(
 
 
 def _statements(turn: ModelMessage) -> str:
-    """The turn's text without its questions: sentences that end with "?" and begin as a
-    question does ("What is...?", "Should I...?"; not "I live in Oslo, what about you?")."""
+    """The turn's text without the questions that say nothing of the user: sentences that end
+    with "?", begin as a question does and hold no first-person word ("What is the capital of
+    Australia?" goes; "Did I tell you I moved to Berlin?" and "I live in Oslo, what about
+    you?" stay)."""
     sentences = _SENTENCE_END.split(text_of(turn))
-    return " ".join(
-        s for s in sentences if not (s.rstrip().endswith("?") and _ASKING.match(s.lstrip()))
+    return " ".join(s for s in sentences if not _asks_only(s))
+
+
+def _asks_only(sentence: str) -> bool:
+    return (
+        sentence.rstrip().endswith("?")
+        and _ASKING.match(sentence.lstrip()) is not None
+        and FIRST_PERSON.search(sentence) is None
     )

@@ -20,8 +20,9 @@ kept "I am vegetarian and I live in Lyon" whole in the first person and answered
 an UPDATE of memory 1; with them it wrote "Is a vegetarian", "Lives in Lyon" and "Daughter Mia
 turns 7 on 3 May" as NEWs. Small models do store examples as the user's facts (earlier
 instructions' "Moved to Oslo in May 2025"; "Lives in Paris" on LoCoMo), so they are marked as
-made up, and the applier refuses a memory whose words the user did not say
-(:mod:`app.memory.learning.grounding`): an example fact never is.
+made up, and the applier refuses a memory whose words are mostly not the user's
+(:mod:`app.memory.learning.grounding`): a leaked example is stored only if the user happened to
+say half its words ("I have two cats" lets "Sister Ana has two cats" through).
 """
 
 from __future__ import annotations

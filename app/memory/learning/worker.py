@@ -152,9 +152,10 @@ class Worker:
         operations = await self._manager.decide(
             job.model, memories=shown, context=context, new=new, now=now()
         )
-        # Up to ~100 turns of 8,000 characters: stemming them would hold the loop for a while.
+        # Up to ~100 turns of 8,000 characters: stemming and searching them would hold the loop.
         grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown)
-        return with_requests(operations, new, grounds), aliases, grounds
+        operations = await asyncio.to_thread(with_requests, operations, new, grounds)
+        return operations, aliases, grounds
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:

@@ -153,7 +153,13 @@ async def test_the_worker_applies_with_the_jobs_grounds(
          ["My flight is on Friday", "I hate olives"]),
         ("I don't remember that film. Can you remember what I said?", []),
         ("Remember that?", []),
-        ("Remember that " + "x" * 600, []),  # no single fact: the Manager's reading stands
+        ("Remember that " + "x" * 600 + " my", []),  # no single fact: the Manager's reading
+        ("Could you remember that I'm allergic to peanuts?", ["I'm allergic to peanuts"]),
+        ("Oh, and don’t forget: my GP is Dr. Smith.", ["My GP is Dr. Smith"]),
+        ("Remember that time we went to Paris? Remember my name?", []),
+        ("Note that the function returns None. Keep in mind the API limit is 10/s.", []),
+        ("```\n# Note that I must sort x first\n```\nThanks", []),  # code is not read
+        ("remember" + " " * 9000 + "my x", ["My x"]),  # no backtracking over the spaces
     ],
 )  # fmt: skip
 def test_what_the_user_explicitly_asks_to_remember(text: str, asked: list[str]) -> None:
@@ -169,3 +175,19 @@ def test_an_explicit_request_the_answer_left_out_is_added_in_the_users_words() -
     assert grounds.refusal(added) is None
     kept = [new("Daughter Mia turns 7 on 3 May"), Operation(op=Op.DELETE, id=1)]
     assert with_requests(kept, turns, grounds) == kept  # the answer holds it already
+    known = Grounds.of(turns, [Shown(1, "Daughter Mia turns 7 on 3 May", "fact", now())])
+    assert with_requests([], turns, known) == []  # a memory shown holds it already
+
+
+def test_questions_about_the_user_are_their_words() -> None:
+    asked = [turn("user", "Did I tell you I moved to Berlin last month?")]
+    assert Grounds.of(asked, []).refusal(new("Moved to Berlin last month")) is None
+
+
+def test_forgetting_everything_lets_any_delete_through() -> None:
+    shown = [Shown(1, "Works as a nurse", "fact", now()), Shown(2, "Lives in Oslo", "fact", now())]
+    erase = Grounds.of([turn("user", "Please forget everything you know about me.")], shown)
+    assert erase.refusal(Operation(op=Op.DELETE, id=1)) is None
+    one = Grounds.of([turn("user", "Please forget that I live in Oslo.")], shown)
+    assert one.refusal(Operation(op=Op.DELETE, id=1)) is not None
+    assert one.refusal(Operation(op=Op.DELETE, id=2)) is None

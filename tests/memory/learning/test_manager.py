@@ -17,7 +17,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from app.config import Settings
-from app.memory.learning.decisions import Op
+from app.memory.learning.decisions import Op, complete_operations, decisions_for
 from app.memory.learning.manager import (
     Manager,
     ManagerAnswerUnusable,
@@ -237,6 +237,11 @@ async def test_an_answer_cut_at_max_tokens_keeps_its_whole_operations_once(mode:
         (Op.NEW, None, "Is vegetarian"), (Op.UPDATE, 1, "Lives in Bergen"),
     ]  # fmt: skip
     assert calls == 1
+
+
+def test_the_operation_the_cut_went_through_is_left_out_even_when_it_looks_whole() -> None:
+    cut = '{"operations": [{"op": "DELETE", "id": 2}, {"op": "DELETE", "id": 1'  # of 12?
+    assert [(o.op, o.id) for o in complete_operations(cut, decisions_for(12))] == [(Op.DELETE, 2)]
 
 
 async def test_an_answer_cut_before_any_whole_operation_is_unusable() -> None:
