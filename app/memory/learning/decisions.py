@@ -112,8 +112,7 @@ class Decisions(_Strict):
 
     def normalized(self) -> list[Operation]:
         """The operations, each once: small models repeat an operation until the token limit."""
-        found = [o.operation() for o in self.operations]
-        return [o for i, o in enumerate(found) if o not in found[:i]]
+        return _once([o.operation() for o in self.operations])
 
 
 class NewOnly(Decisions):
@@ -158,4 +157,9 @@ def complete_operations(answer: str, schema: type[Decisions]) -> list[Operation]
             kept += schema.model_validate({"operations": [item]}).normalized()
         except ValidationError:
             continue
-    return [o for i, o in enumerate(kept) if o not in kept[:i]]
+    return _once(kept)
+
+
+def _once(operations: list[Operation]) -> list[Operation]:
+    """Each operation once, in the order first given."""
+    return [o for i, o in enumerate(operations) if o not in operations[:i]]

@@ -67,17 +67,15 @@ class Grounds:
         """The grounds of a job: its turns (context and new; the user's are read) and the
         memories it showed the Manager."""
         analyzer = Analyzer()
-        said = frozenset(
-            analyzer.terms(" ".join(_statements(t) for t in turns if isinstance(t, ModelRequest)))
-        )
+        users = [text_of(t) for t in turns if isinstance(t, ModelRequest)]
+        said = frozenset(analyzer.terms(" ".join(_statements(text) for text in users)))
         heard = analyzer.terms(" ".join(text_of(t) for t in turns if isinstance(t, ModelResponse)))
-        users = " ".join(text_of(t) for t in turns if isinstance(t, ModelRequest))
         return cls(
             said,
             frozenset(heard) - said,
             {m.alias: frozenset(analyzer.terms(m.content)) for m in shown},
             analyzer,
-            _ERASING.search(users) is not None,
+            any(_ERASING.search(text) for text in users),
         )
 
     def refusal(self, operation: Operation) -> str | None:
@@ -138,13 +136,12 @@ _ASKING = re.compile(
 )
 
 
-def _statements(turn: ModelMessage) -> str:
-    """The turn's text without the questions that say nothing of the user: sentences that end
-    with "?", begin as a question does and hold no first-person word ("What is the capital of
-    Australia?" goes; "Did I tell you I moved to Berlin?" and "I live in Oslo, what about
+def _statements(text: str) -> str:
+    """A user turn's text without the questions that say nothing of the user: sentences that
+    end with "?", begin as a question does and hold no first-person word ("What is the capital
+    of Australia?" goes; "Did I tell you I moved to Berlin?" and "I live in Oslo, what about
     you?" stay)."""
-    sentences = _SENTENCE_END.split(text_of(turn))
-    return " ".join(s for s in sentences if not _asks_only(s))
+    return " ".join(s for s in _SENTENCE_END.split(text) if not _asks_only(s))
 
 
 def _asks_only(sentence: str) -> bool:

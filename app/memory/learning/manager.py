@@ -237,15 +237,19 @@ class Manager:
         return decisions.normalized()
 
 
+def _last_answer(messages: Sequence[ModelMessage]) -> ModelResponse | None:
+    return next((m for m in reversed(messages) if isinstance(m, ModelResponse)), None)
+
+
 def _cut(messages: Sequence[ModelMessage]) -> bool:
     """Whether the model's last answer stopped at the token limit."""
-    last = next((m for m in reversed(messages) if isinstance(m, ModelResponse)), None)
+    last = _last_answer(messages)
     return last is not None and last.finish_reason == "length"
 
 
 def _raw(messages: Sequence[ModelMessage]) -> str:
     """The model's last answer as it came: its text, or its tool calls' arguments."""
-    last = next((m for m in reversed(messages) if isinstance(m, ModelResponse)), None)
+    last = _last_answer(messages)
     if last is None:
         return ""
     pieces = [p.content for p in last.parts if isinstance(p, TextPart)]

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import pytest
-from pydantic_ai import models
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
@@ -26,14 +24,6 @@ from app.memory.learning.manager import (
 from app.memory.learning.turns import role_of, text_of
 from tests.fakes import decided
 from tests.memory.learning.manager_conversation import conversation, prompt, turns
-
-
-@pytest.fixture(autouse=True)
-def _no_real_models() -> Iterator[None]:
-    before = models.ALLOW_MODEL_REQUESTS
-    models.ALLOW_MODEL_REQUESTS = False
-    yield
-    models.ALLOW_MODEL_REQUESTS = before
 
 
 def test_the_turns_are_the_users_and_assistants_text_only_as_messages() -> None:

@@ -32,14 +32,6 @@ from tests.helpers import completion_json, free_port, running
 from tests.memory.learning.manager_conversation import conversation
 
 
-@pytest.fixture(autouse=True)
-def _no_real_models() -> Iterator[None]:
-    before = models.ALLOW_MODEL_REQUESTS
-    models.ALLOW_MODEL_REQUESTS = False
-    yield
-    models.ALLOW_MODEL_REQUESTS = before
-
-
 def completion(message: dict[str, Any]) -> dict[str, Any]:
     return {"id": "x", "object": "chat.completion", "created": 1, "model": "m2",
             "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "stop"}],
