@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test e2e llm lint bench clean
+.PHONY: install run test e2e browser llm lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ llm: install
 
 e2e: llm
 	$(BIN)/python -m pytest -m real_model tests/e2e
+
+# The memory page in a real browser: Debian's Chromium (apt-get install -y chromium; .ci/run
+# installs it), driven by Playwright, which never downloads a browser of its own here.
+browser: install
+	$(BIN)/python -m pytest -m browser tests/browser
 
 lint: install
 	$(BIN)/ruff check app tests bench migrations docker

@@ -8,8 +8,9 @@ size. :class:`BodyGuard`, a pure ASGI middleware, runs before any route:
   answered 401 unless its key is accepted (:func:`app.deps.authenticate`), without reading it;
 - a declared length over the route's limit is answered 413 at once; a streamed body (no
   ``Content-Length``) is counted as it arrives and answered 413 when it passes the limit. The
-  memory API (``/v1/memories...``) has its own, smaller limit (``MEMPROXY_MEMORY_MAX_BODY_BYTES``)
-  than chat, whose bodies carry images (``MEMPROXY_MAX_BODY_BYTES``);
+  memory API (``/v1/memories...``) and the MCP server (``/mcp``, chat keys only: no admin key)
+  have their own, smaller limit (``MEMPROXY_MEMORY_MAX_BODY_BYTES``) than chat, whose bodies
+  carry images (``MEMPROXY_MAX_BODY_BYTES``);
 - a body that stalls for ``MEMPROXY_CLIENT_BODY_TIMEOUT_SECONDS``, or is still arriving after
   ``MEMPROXY_CLIENT_BODY_DEADLINE_SECONDS``, is answered 408.
 
@@ -24,6 +25,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.mcp import MCP_PATH
 from app.config import Settings
 from app.deps import Services, authenticate
 from app.errors import BodyTooLarge, MemproxyError, RequestTimeout, send_refusal
@@ -49,7 +51,7 @@ class BodyGuard:
         settings = self._settings
         limit, setting = (
             (settings.memory_max_body_bytes, "MEMPROXY_MEMORY_MAX_BODY_BYTES")
-            if memory
+            if memory or scope["path"] == MCP_PATH
             else (settings.max_body_bytes, "MEMPROXY_MAX_BODY_BYTES")
         )
         # The app's services, once its lifespan has made them (Starlette puts the app in scope).

@@ -7,9 +7,14 @@
                                            build runs it so the image starts ready
 ``memproxy ready [--url U]``               exit 0 when the server's /readyz says ready, else 1
                                            (the container's health check)
-``memproxy memories list|get|stats|add|search|delete|export|import --user U``   app/cli_memory.py
+``memproxy memories ACTION --user U``      the memories, for operators: list, get, stats,
+                                           history, add, edit, pin, unpin, search, delete,
+                                           export, import (app/cli_memory.py)
+``memproxy memories move --from A --to B`` give every memory of user A to user B
+``memproxy users list [--limit N]``        the users, latest activity first (and --offset N)
 ``memproxy index rebuild [--user U]``      re-embed and check the search indexes
-``memproxy jobs list|retry [--user U]``    the Manager's queue: counts, failures; re-queue them
+``memproxy jobs list|retry [--user U]``    the Manager's queue: counts, failures, the user's
+                                           jobs; re-queue failures (all, or ``--job ID``)
 ``memproxy fake-upstream [--port P]``      run a fake OpenAI-compatible model server, for trying
                                            memproxy (and its README examples) without a real LLM
 
@@ -17,6 +22,8 @@ Every command that opens the database takes ``--database`` (a SQLAlchemy URL or 
 default is MEMPROXY_DATABASE_URL) and says on its first line of stderr which one it opened. Only
 ``serve``, ``db upgrade``, ``memories add|import`` create a missing SQLite database: the others
 exit 2 naming the path they looked at, rather than report an empty new one.
+
+The memory, users, jobs and index commands take ``--json``: machine output alone on stdout.
 
 A bad setting, or a database that cannot be opened, is one line each on stderr and exit status 2,
 for every command (caught in :func:`main`, nowhere else).
@@ -38,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import DBAPIError
 
 from app.config import Settings
-from app.memory.store.tables import MemoryType
 from app.settings_errors import ConfigError, load_settings, unknown_settings
 
 if TYPE_CHECKING:
@@ -84,7 +90,7 @@ def _dispatch(args: argparse.Namespace, embedder: TextEmbedder | None) -> int:
     if args.command == "serve":
         _check_database(args, settings, create=True)  # its start-up lines name the database
         return _serve(settings)  # which logs the unknown-variable warnings, in its log format
-    if args.command not in ("db", "memories", "index", "jobs"):
+    if args.command not in ("db", "memories", "users", "index", "jobs"):
         _warn_unknown()
         return _prepare_model(settings) if args.command == "model" else _ready(args, settings)
     action = (args.command, getattr(args, "action", ""))
@@ -221,59 +227,11 @@ def _ready(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _memory_parsers(commands: Any, database: argparse.ArgumentParser) -> None:
-    """`memories`, `jobs` and `index` (run by app/cli_memory.py)."""
-    memories = commands.add_parser(
-        "memories", help="list, get, stats, add, search, delete, export, import"
-    )
-    actions = memories.add_subparsers(dest="action", required=True)
-    user = argparse.ArgumentParser(add_help=False, parents=[database])
-    user.add_argument("--user", required=True, help="the user whose memories to act on")
+    """`memories`, `users`, `jobs` and `index`: their arguments are in app/cli_memory_args.py, and
+    app/cli_memory.py runs them."""
+    from app.cli_memory_args import add_parsers
 
-    listing = actions.add_parser("list", parents=[user])
-    listing.add_argument("--type", action="append", choices=[t.value for t in MemoryType])
-    listing.add_argument("--contains")
-    listing.add_argument("--limit", type=int, default=100)
-    listing.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
-
-    get = actions.add_parser("get", parents=[user], help="one memory, as a JSON line")
-    get.add_argument("id")
-
-    actions.add_parser("stats", parents=[user], help="counts by type, pinned, recalls, dates")
-
-    add = actions.add_parser("add", parents=[user])
-    add.add_argument("content")
-    add.add_argument("--type", default="fact", choices=[t.value for t in MemoryType])
-    add.add_argument("--pinned", action="store_true")
-    add.add_argument("--metadata", default="{}", help="a JSON object")
-
-    search = actions.add_parser("search", parents=[user])
-    search.add_argument("query")
-    search.add_argument("--limit", type=int, default=10)
-    search.add_argument("--min-score", type=float, help="default MEMPROXY_RELEVANCE_THRESHOLD")
-    search.add_argument("--json", action="store_true")
-
-    delete = actions.add_parser("delete", parents=[user])
-    delete.add_argument("ids", nargs="*")
-    delete.add_argument("--all", action="store_true", help="every memory of the user")
-    delete.add_argument("--yes", action="store_true", help="confirm --all")
-
-    export = actions.add_parser("export", parents=[user])
-    export.add_argument("--output", help="file to write (default: standard output)")
-
-    imports = actions.add_parser("import", parents=[user])
-    imports.add_argument("file", nargs="?", help="JSON Lines file (default: standard input)")
-
-    jobs = commands.add_parser("jobs", help="the Manager's job queue", parents=[database])
-    jobs.add_argument(
-        "action",
-        choices=["list", "retry"],
-        help="list: counts, failures; retry: queue failures again",
-    )
-    jobs.add_argument("--user", help="only this user's jobs")
-
-    index = commands.add_parser("index", help="search indexes", parents=[database])
-    index.add_argument("action", choices=["rebuild"])
-    index.add_argument("--user", help="only this user (default: every user)")
+    add_parsers(commands, database)
 
 
 async def _upgrade(url: str) -> None:

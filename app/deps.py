@@ -34,6 +34,7 @@ from app.proxy.identity import (
 )
 from app.proxy.models_cache import ModelsCache
 from app.proxy.upstream import Upstream
+from app.schemas.users import Role
 
 
 @dataclass(slots=True)
@@ -104,6 +105,35 @@ class MemoryCaller:
     memory: MemoryService
     settings: Settings
     user_id: str
+    jobs: JobQueue
+    """The Manager's queue (the user's jobs: listed, re-queued)."""
+
+
+def memory_role(services: Services, authorization: str | None) -> tuple[Role, ApiKey | None]:
+    """The role of a memory API request, and its client key (401 for a key not accepted)."""
+    admin, key = authenticate(services, authorization, admin_allowed=True)
+    if admin:
+        return "admin", None
+    open_server = (
+        not services.authenticator.enabled
+        and not services.admins.enabled
+        and token_secret(services.settings) is None
+    )
+    return ("open" if open_server else "user"), key
+
+
+def chat_user(services: Services, request: Request, key: ApiKey | None) -> str:
+    """The user chat would act for, from this request's key and headers."""
+    settings = services.settings
+    return resolve_user(
+        request.headers,
+        settings.user_id_headers,
+        None,
+        key,
+        require_user=settings.require_user,
+        jwt_secret=token_secret(settings),
+        unbound_names_users=settings.unbound_keys_name_users,
+    )
 
 
 async def get_memory_caller(
@@ -113,39 +143,53 @@ async def get_memory_caller(
         Query(description="Act for this user (admin keys only; any key on an open server)."),
     ] = None,
 ) -> MemoryCaller:
-    """Same authentication and user resolution as chat; admin keys may also name the user.
+    """Same authentication and user resolution as chat; admin keys must name the user.
 
     On a server with no keys at all, anyone may name any user (as the chat headers already
     allow there), unless ``MEMPROXY_OPENWEBUI_JWT_SECRET`` is set: then only the signed token
-    names users, as on chat. With keys, ``?user=`` needs an admin key (403 otherwise).
+    names users, as on chat. With keys, ``?user=`` needs an admin key (403 otherwise), and an
+    admin key, which belongs to no user, needs ``?user=`` (400 naming it: never an empty list
+    of a user nobody meant).
     """
     services: Services = request.app.state.services
-    admin, key = authenticate(services, request.headers.get("authorization"), admin_allowed=True)
-    open_server = (
-        not services.authenticator.enabled
-        and not services.admins.enabled
-        and token_secret(services.settings) is None
-    )
+    role, key = memory_role(services, request.headers.get("authorization"))
     if user is not None:
-        if not (admin or open_server):
+        if role == "user":
             raise PermissionDenied("only admin keys may name the user with ?user=", param="user")
         named = clean_user_id(user, "user")
         if named is None:
             raise InvalidRequest("?user= must name a user", param="user", code="invalid_user")
         user_id = named
-    else:
-        settings = services.settings
-        user_id = resolve_user(
-            request.headers,
-            settings.user_id_headers,
-            None,
-            key,
-            require_user=settings.require_user,
-            jwt_secret=token_secret(settings),
-            unbound_names_users=settings.unbound_keys_name_users,
+    elif role == "admin":
+        raise InvalidRequest(
+            "an admin key belongs to no user: name the user with ?user=",
+            param="user",
+            code="missing_user",
         )
+    else:
+        user_id = chat_user(services, request, key)
     request.state.user_id = user_id  # for the access log line
-    return MemoryCaller(services.memory, services.settings, user_id)
+    return MemoryCaller(services.memory, services.settings, user_id, services.jobs)
 
 
 MemoryCallerDep = Annotated[MemoryCaller, Depends(get_memory_caller)]
+
+
+@dataclass(frozen=True, slots=True)
+class AdminCaller:
+    """A request allowed to act on any user: an admin key, or anyone on an open server."""
+
+    memory: MemoryService
+    settings: Settings
+
+
+async def get_admin_caller(request: Request) -> AdminCaller:
+    """401 for a key not accepted, 403 for a client key: these routes span users."""
+    services: Services = request.app.state.services
+    role, _ = memory_role(services, request.headers.get("authorization"))
+    if role == "user":
+        raise PermissionDenied("this route needs an admin key (MEMPROXY_ADMIN_KEYS)")
+    return AdminCaller(services.memory, services.settings)
+
+
+AdminCallerDep = Annotated[AdminCaller, Depends(get_admin_caller)]

@@ -2,7 +2,7 @@
 
 The lifespan owns every long-lived object (the database engine, migrated to the newest schema at
 start; the embedder and the memory service with its search indexes; the upstream connection pool;
-the background runner) and closes them in order; nothing is
+the background runner; the MCP server's session manager) and closes them in order; nothing is
 created at import time.
 """
 
@@ -18,7 +18,8 @@ from fastapi import FastAPI
 from pydantic_ai.models import Model
 
 from app import __version__, startup
-from app.api import chat, docs, health, memories, models, relay
+from app.api import chat, docs, health, memories, models, relay, ui, users
+from app.api.mcp import McpEndpoint
 from app.background import BackgroundRunner
 from app.body_guard import BodyGuard
 from app.config import ApiKey, Settings
@@ -71,6 +72,7 @@ def create_app(
             startup.logger.warning("%s", warning)
     authenticator = Authenticator(settings.parsed_api_keys)
     metrics = Metrics()  # here, not in the lifespan: the middleware counts requests into it
+    mcp = McpEndpoint(settings)  # its session manager runs in the lifespan
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -129,7 +131,8 @@ def create_app(
         if settings.upstream_check_at_start:
             runner.spawn(startup.check_upstream(upstream), name="upstream-check")
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await runner.drain(SHUTDOWN_GRACE_SECONDS)
             if worker is not None:
@@ -156,6 +159,9 @@ def create_app(
     app.include_router(chat.router)
     app.include_router(models.router)
     app.include_router(memories.router)
+    app.include_router(users.router)
+    app.include_router(ui.router)
+    app.router.routes.append(mcp.route)
     app.include_router(relay.router)  # last: its /v1/{path} catches what the others do not
     app.add_middleware(BodyGuard, settings=settings)  # inside the request id: refusals logged
     app.add_middleware(RequestIdMiddleware, metrics=metrics)

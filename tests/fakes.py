@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models.function import AgentInfo
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -67,3 +67,19 @@ def decided(info: AgentInfo, answer: Any) -> ModelResponse:
     if info.output_tools:
         return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, answer)])
     return ModelResponse(parts=[TextPart(json.dumps(answer))])
+
+
+LEARN_AT_ONCE = {"manager_enabled": True, "processing_interval": 0, "conversation_threshold": 1}
+"""Settings under which the Manager gets each chat's job at once (its model is the test's)."""
+
+
+def unusable_manager(answer: str = "sure! I will remember that") -> tuple[FunctionModel, list[int]]:
+    """A Manager whose every answer is text no output mode can use (the job ends parked as
+    failed, with the answer), and the list it appends to at each call."""
+    calls: list[int] = []
+
+    def garbled(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(1)
+        return ModelResponse(parts=[TextPart(answer)])
+
+    return FunctionModel(garbled), calls

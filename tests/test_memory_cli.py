@@ -89,11 +89,22 @@ def test_add_list_search_export_import_delete(
     (["memories", "add", "--user", "ann", "   "], "content must not be empty"),
     (["memories", "add", "--user", "ann", "x" * 4001], "MEMPROXY_MEMORY_MAX_CHARS"),
     (["memories", "add", "--user", "ann", "ok", "--metadata", "[1]"], "metadata"),
-    (["memories", "add", "--user", "ann", "ok", "--metadata", "{not json"], "error"),
+    (["memories", "add", "--user", "ann", "ok", "--metadata", "{not json"], "--metadata is not JSON"),
     (["memories", "search", "--user", "ann", "q", "--limit", "0"], "--limit"),
     (["memories", "delete", "--user", "ann"], "name the ids"),
     (["memories", "import", "--user", "ann", "/no/such/file.jsonl"], "No such file"),
-], ids=["blank", "too long", "metadata list", "metadata not json", "limit", "no ids", "no file"])  # fmt: skip
+    (["memories", "add", "--user", "ann", "--file", "/no/such/file.txt"], "No such file"),
+    (["memories", "edit", "--user", "ann", "some-id"], "nothing to change: give --content"),
+    (["memories", "edit", "--user", "ann", "some-id", "--content", " "], "content must not be empty"),
+    (["memories", "edit", "--user", "ann", "some-id", "--content", "x" * 4001], "MEMPROXY_MEMORY_MAX_CHARS"),
+    (["memories", "edit", "--user", "ann", "some-id", "--metadata", "[1]"], "metadata"),
+    (["memories", "move", "--from", "ann", "--to", "ann"], "same user"),
+    (["users", "list", "--limit", "0"], "--limit"),
+    (["users", "list", "--offset", "-1"], "--offset"),
+    (["jobs", "list", "--job", "some-id"], "--job"),
+], ids=["blank", "too long", "metadata list", "metadata not json", "limit", "no ids", "no file",
+        "no text file", "edit nothing", "edit blank", "edit too long", "edit metadata",
+        "move to self", "users limit", "users offset", "list a job"])  # fmt: skip
 def test_bad_input_exits_2_with_a_message_and_changes_nothing(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
@@ -150,7 +161,10 @@ def test_index_rebuild_re_embeds_with_a_new_model(capsys: pytest.CaptureFixture[
 def test_get_and_stats(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "memories", "add", "--user", "ann", "Likes rye bread", "--pinned")
     memory_id = out.strip()
-    code, out, err = run(capsys, "memories", "get", "--user", "ann", memory_id)
+    code, out, _ = run(capsys, "memories", "get", "--user", "ann", memory_id)
+    assert code == 0 and f"id:       {memory_id}\n" in out and "pinned:   yes\n" in out
+    assert out.endswith("content:  Likes rye bread\n")  # every field, for people
+    code, out, err = run(capsys, "memories", "get", "--user", "ann", memory_id, "--json")
     got = orjson.loads(out)
     assert code == 0 and (got["id"], got["content"], got["pinned"]) == (
         memory_id,
@@ -160,14 +174,73 @@ def test_get_and_stats(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "memories", "get", "--user", "bob", memory_id)
     assert code == 1 and out == "" and f"no memory {memory_id} of bob" in err  # not bob's
     code, out, _ = run(capsys, "memories", "stats", "--user", "ann")
+    assert code == 0 and "memories: 1\n" in out and "by type:  fact 1\n" in out
+    code, out, _ = run(capsys, "memories", "stats", "--user", "ann", "--json")
     stats = orjson.loads(out)
     assert code == 0 and (stats["total"], stats["pinned"], stats["by_type"]) == (1, 1, {"fact": 1})
+
+
+def test_get_shows_content_in_full_and_as_it_is(capsys: pytest.CaptureFixture[str]) -> None:
+    content = "Notes: [bold]not markup[/bold]\n" + "word " * 200
+    memory_id = run(capsys, "memories", "add", "--user", "ann", content)[1].strip()
+    code, out, _ = run(capsys, "memories", "get", "--user", "ann", memory_id)
+    lines = out.splitlines()
+    assert code == 0 and "content:  Notes: [bold]not markup[/bold]" in lines
+    assert lines[-1] == " " * 10 + ("word " * 200).strip()  # one line, however long
+
+
+def test_edit(capsys: pytest.CaptureFixture[str]) -> None:
+    memory_id = run(capsys, "memories", "add", "--user", "ann", "Plays the cello")[1].strip()
+    code, out, _ = run(capsys, "memories", "edit", "--user", "ann", memory_id, "--content",
+                       "  Plays the viola  ", "--type", "preference", "--json")  # fmt: skip
+    edited = orjson.loads(out)
+    assert code == 0 and (edited["content"], edited["type"]) == ("Plays the viola", "preference")
+    code, out, _ = run(capsys, "memories", "search", "--user", "ann", "viola", "--json")
+    assert [orjson.loads(line)["id"] for line in out.splitlines()] == [memory_id]  # re-embedded
+    code, out, _ = run(
+        capsys, "memories", "edit", "--user", "ann", memory_id, "--metadata", '{"k": 1}'
+    )
+    assert code == 0 and 'metadata: {"k":1}' in out and "content:  Plays the viola" in out
+    code, out, err = run(capsys, "memories", "edit", "--user", "bob", memory_id, "--type", "fact")
+    assert code == 1 and out == "" and f"no memory {memory_id} of bob" in err
+    got = orjson.loads(run(capsys, "memories", "get", "--user", "ann", memory_id, "--json")[1])
+    assert (got["type"], got["metadata"]) == ("preference", {"k": 1})  # bob changed nothing
+
+
+def test_pin_unpin_and_history(capsys: pytest.CaptureFixture[str]) -> None:
+    memory_id = run(capsys, "memories", "add", "--user", "ann", "Owns a kayak")[1].strip()
+
+    def pinned() -> bool:
+        out = run(capsys, "memories", "get", "--user", "ann", memory_id, "--json")[1]
+        return bool(orjson.loads(out)["pinned"])
+
+    code, out, err = run(capsys, "memories", "pin", "--user", "ann", memory_id, "--json")
+    assert code == 0 and orjson.loads(out) == {"pinned": 1, "not_found": []} and pinned()
+    code, _, err = run(capsys, "memories", "pin", "--user", "ann", memory_id)  # already: no write
+    assert code == 0 and "pinned 1 of 1" in err
+    code, out, err = run(capsys, "memories", "unpin", "--user", "ann", "nope", memory_id, "--json")
+    assert code == 1 and orjson.loads(out) == {"unpinned": 1, "not_found": ["nope"]}
+    assert "no memory nope of ann" in err and not pinned()
+
+    code, out, _ = run(capsys, "memories", "history", "--user", "ann", memory_id, "--json")
+    events = [orjson.loads(line) for line in out.splitlines()]
+    assert code == 0 and [(e["action"], e["actor"]) for e in events] == [
+        ("created", "api"),
+        ("updated", "api"),
+        ("updated", "api"),
+    ]
+    assert events[0]["after"] == "Owns a kayak" and events[0]["memory_id"] == memory_id
+    code, out, _ = run(capsys, "memories", "history", "--user", "ann", memory_id)
+    assert code == 0 and f"history of memory {memory_id}" in out and "created by api" in out
+    code, out, err = run(capsys, "memories", "history", "--user", "bob", memory_id)
+    assert code == 1 and out == "" and f"no history of memory {memory_id} of bob" in err
 
 
 def test_reading_commands_do_not_load_the_model(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only add, search, import and index embed; the rest must not load (maybe export) it."""
+    """Only add, search, import, index and edit of the content embed; the rest must not load
+    (maybe export) the model."""
     memory_id = run(capsys, "memories", "add", "--user", "ann", "Plays the cello")[1].strip()
 
     def no_model(*_: object) -> None:
@@ -178,14 +251,22 @@ def test_reading_commands_do_not_load_the_model(
         ["memories", "list", "--user", "ann", "--json"],
         ["memories", "get", "--user", "ann", memory_id],
         ["memories", "stats", "--user", "ann"],
+        ["memories", "history", "--user", "ann", memory_id],
+        ["memories", "pin", "--user", "ann", memory_id],
+        ["memories", "unpin", "--user", "ann", memory_id],
+        ["memories", "edit", "--user", "ann", memory_id, "--type", "preference"],
         ["memories", "export", "--user", "ann"],
+        ["users", "list"],
         ["jobs", "list"],
-        ["memories", "delete", "--user", "ann", memory_id],
+        ["memories", "move", "--from", "ann", "--to", "bob"],
+        ["memories", "delete", "--user", "bob", memory_id],
     ):
         code = cli.main(argv)
         assert code == 0, (argv, capsys.readouterr())
     with pytest.raises(AssertionError, match="the model was loaded"):  # search does embed
         cli.main(["memories", "search", "--user", "ann", "cello"])
+    with pytest.raises(AssertionError, match="the model was loaded"):  # so does new content
+        cli.main(["memories", "edit", "--user", "ann", "some-id", "--content", "Plays"])
 
 
 def test_counts_are_pluralised(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -11,9 +11,8 @@ import httpx
 import pytest
 import respx
 from pydantic_ai import models
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from tests.fakes import LEARN_AT_ONCE, unusable_manager
 from tests.helpers import assert_openai_error, completion_json
 
 
@@ -109,17 +108,9 @@ async def test_manager_answers_that_stay_malformed_park_the_job_and_are_counted(
     make_client: Any, upstream: respx.Router, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", False)
-    calls: list[int] = []
-
-    def garbled(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        calls.append(1)
-        return ModelResponse(parts=[TextPart("sure! I will remember that")])
-
+    manager, calls = unusable_manager()
     upstream.post("/chat/completions").respond(json=completion_json("Noted."))
-    client = await make_client(
-        manager_model=FunctionModel(garbled), manager_enabled=True, manager_max_retries=1,
-        processing_interval=0, conversation_threshold=1,
-    )  # fmt: skip
+    client = await make_client(manager_model=manager, manager_max_retries=1, **LEARN_AT_ONCE)
     chat = {"model": "m", "messages": [{"role": "user", "content": "Remember I like tea"}]}
     await client.post("/v1/chat/completions", json=chat, headers={"X-User-Id": "ann"})
     text = ""

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response, StreamingResponse
 
-from app.deps import MemoryCaller, MemoryCallerDep
+from app.deps import AdminCallerDep, MemoryCaller, MemoryCallerDep
 from app.errors import Conflict, InvalidRequest, NotFound, ValidationFailed
 from app.memory.store.memories import IdTaken
 from app.memory.store.records import NewMemory
 from app.memory.store.tables import MemoryType
 from app.proxy.body import read_body
+from app.proxy.identity import clean_user_id
 from app.schemas.checks import INT64_MAX
 from app.schemas.memories import (
     Deleted,
@@ -33,6 +34,14 @@ from app.schemas.memories import (
     read_import,
 )
 from app.schemas.openai import ErrorResponse
+from app.schemas.users import (
+    JobList,
+    JobPublic,
+    JobRetry,
+    JobsRequeued,
+    MemoryMove,
+    MemoryMoved,
+)
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -116,13 +125,50 @@ async def memory_stats(request: Request, caller: MemoryCallerDep) -> dict[str, A
     stats = await caller.memory.stats(caller.user_id)
     queue = request.app.state.services.jobs
     failed = await queue.failed(caller.user_id)
-    counts = await queue.counts(caller.user_id)
+    counts = await queue.progress(caller.user_id)
     stats["jobs"] = counts | {
-        # Not yet learned from: from the moment the chat's answer has reached the client.
-        "pending": counts["awaiting"] + counts["queued"] + counts["running"],
         "failures": [{"job_id": p.job_id, "reason": p.reason, "answer": p.answer} for p in failed],
     }
     return {"object": "memory.stats", "user_id": caller.user_id} | stats
+
+
+@router.get("/jobs", responses=_ERRORS)
+async def list_jobs(
+    caller: MemoryCallerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> JobList:
+    """The user's Manager jobs not yet applied, oldest first (the order they run in): awaiting,
+    queued, running, failed with the reason."""
+    found = await caller.jobs.jobs(caller.user_id, limit=limit)
+    return JobList(data=[JobPublic(id=j.job_id, **j._asdict()) for j in found])
+
+
+@router.post("/jobs/retry", responses=_ERRORS)
+async def retry_jobs(caller: MemoryCallerDep, body: JobRetry | None = None) -> JobsRequeued:
+    """Queue the user's failed jobs again (or the one named), from their first attempt."""
+    job_id = body.job_id if body is not None else None
+    requeued = await caller.jobs.retry_failed(caller.user_id, job_id)
+    if job_id is not None and not requeued:
+        raise NotFound(f"no failed job with id {job_id[:64]!r}", param="job_id")
+    return JobsRequeued(requeued=requeued)
+
+
+@router.post("/move", responses=_ERRORS)
+async def move_memories(body: MemoryMove, caller: AdminCallerDep) -> MemoryMoved:
+    """Give every memory of one user to another (admin): same ids, history kept, with the
+    Manager jobs not yet running. For the README's case: chats that were all `anonymous` before
+    Open WebUI forwarded its user headers."""
+    from_user = clean_user_id(body.from_user, "from_user")
+    to_user = clean_user_id(body.to_user, "to_user")
+    if from_user is None or to_user is None:
+        raise ValidationFailed(
+            "name both users", param="from_user" if from_user is None else "to_user"
+        )
+    if from_user == to_user:
+        raise InvalidRequest("from_user and to_user are the same user", param="to_user")
+    moved = await caller.memory.move(from_user, to_user)
+    if not moved.keys and not moved.jobs:
+        raise NotFound(f"user {from_user[:64]!r} has no memories to move", param="from_user")
+    return MemoryMoved(from_user=from_user, to_user=to_user, moved=len(moved.keys), jobs=moved.jobs)
 
 
 @router.get("/export", responses=_ERRORS, response_class=StreamingResponse)
@@ -141,11 +187,19 @@ async def export_memories(caller: MemoryCallerDep) -> Response:
 
 
 @router.post("/import", responses=_ERRORS)
-async def import_memories(request: Request, caller: MemoryCallerDep) -> ImportResult:
-    """JSON Lines, one memory each (an export's lines); idempotent on id."""
+async def import_memories(
+    request: Request,
+    caller: MemoryCallerDep,
+    ids: Annotated[
+        Literal["keep", "new"],
+        Query(description="keep: idempotent on id; new: every line a new memory (a copy)."),
+    ] = "keep",
+) -> ImportResult:
+    """JSON Lines, one memory each (an export's lines); idempotent on id, a line without one is
+    a new memory. ``?ids=new`` imports copies with new ids (another user's export, say)."""
     limit = caller.settings.memory_max_body_bytes
     raw = await read_body(request, limit, "MEMPROXY_MEMORY_MAX_BODY_BYTES")
-    items = read_import(raw, caller.settings.memory_max_chars)
+    items = read_import(raw, caller.settings.memory_max_chars, new_ids=ids == "new")
     try:
         written = await caller.memory.add(caller.user_id, items)
     except IdTaken as exc:

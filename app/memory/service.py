@@ -20,7 +20,15 @@ from app.memory.search.parts import decode, embed_for_store, vector_model
 from app.memory.search.ranking import Hit, Searcher
 from app.memory.store.events import Event
 from app.memory.store.memories import MemoryStore
-from app.memory.store.records import Changes, MemoryRecord, NewMemory, Written
+from app.memory.store.records import (
+    Changes,
+    MemoryRecord,
+    Moved,
+    NewMemory,
+    Removed,
+    UserSummary,
+    Written,
+)
 from app.memory.store.tables import MemoryType
 
 logger = logging.getLogger("memproxy.memory")
@@ -95,6 +103,13 @@ class MemoryService:
         self.cache.deleted(user_id, deleted)
         return deleted.count
 
+    async def move(self, from_user: str, to_user: str) -> Moved:
+        """Give every memory of `from_user` to `to_user` (:meth:`MemoryStore.move`)."""
+        moved = await self.store.move(from_user, to_user)
+        self.cache.deleted(from_user, Removed(moved.keys, moved.source_version))
+        self.cache.forget(to_user)  # rebuilt with the memories it was given at its next search
+        return moved
+
     # --- reads --------------------------------------------------------------------------------
 
     async def get(self, user_id: str, memory_id: str) -> MemoryRecord | None:
@@ -112,6 +127,10 @@ class MemoryService:
         return await self.store.page(
             user_id, types=types, contains=contains, limit=limit, offset=offset
         )
+
+    async def users(self, *, limit: int, offset: int) -> tuple[list[UserSummary], int]:
+        """A page of every user, latest activity first, and how many in all (admin)."""
+        return await self.store.user_summaries(limit=limit, offset=offset)
 
     async def history(self, user_id: str, memory_id: str) -> list[Event]:
         return await self.store.history(user_id, memory_id)

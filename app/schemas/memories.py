@@ -88,9 +88,10 @@ class MemoryUpdate(_Strict):
 
 
 class MemoryImport(MemoryCreate):
-    """One line of an export, read back. Importing the same id twice keeps the first."""
+    """One line of an export, read back. Importing the same id twice keeps the first; a line
+    without an id is a new memory (so is every line of an import with new ids)."""
 
-    id: Annotated[str, Field(pattern=ID_PATTERN)]
+    id: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
     created_at: datetime | None = None
     source: str | None = None
     """Ignored: imported memories get the source `import`."""
@@ -202,15 +203,19 @@ def export_line(record: MemoryRecord) -> bytes:
     return orjson.dumps(MemoryPublic.of(record).model_dump(mode="json")) + b"\n"
 
 
-def read_import(raw: bytes, max_chars: int) -> list[NewMemory]:
+def read_import(
+    raw: bytes, max_chars: int, *, new_ids: bool = False, max_lines: int | None = MAX_IMPORT_LINES
+) -> list[NewMemory]:
     """An export's lines (JSON Lines, blank lines skipped) as memories to import; the first bad
-    line is a 422 naming it (``param`` = ``line N.field``)."""
+    line is a 422 naming it (``param`` = ``line N.field``). With `new_ids` every memory gets a
+    new id (its created event names the id it copies): to import another user's export. More
+    than `max_lines` memories (None: no limit) is a 400."""
     items: list[NewMemory] = []
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
-        if len(items) >= MAX_IMPORT_LINES:
-            raise InvalidRequest(f"at most {MAX_IMPORT_LINES} memories per import", code="too_many")
+        if max_lines is not None and len(items) >= max_lines:
+            raise InvalidRequest(f"at most {max_lines} memories per import", code="too_many")
         try:
             item = MemoryImport.model_validate_json(line)
         except ValidationError as exc:
@@ -225,10 +230,13 @@ def read_import(raw: bytes, max_chars: int) -> list[NewMemory]:
             reason = first["msg"].removeprefix("Value error, ")
             raise ValidationFailed(f"line {number}: {reason}", param=where) from None
         check_length(item.content, max_chars, f"line {number}.content")
+        copied = new_ids and item.id is not None
         items.append(
             NewMemory(
                 content=item.content, type=item.type, metadata=item.metadata, pinned=item.pinned,
-                source=MemorySource.IMPORT, id=item.id, created_at=item.created_at,
+                source=MemorySource.IMPORT, id=None if new_ids else item.id,
+                created_at=item.created_at,
+                detail=f"imported as a copy of memory {item.id}" if copied else None,
             )
         )  # fmt: skip
     if not items:

@@ -7,14 +7,14 @@ counts; the queue itself (:mod:`app.memory.learning.jobs`) decides which turns b
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.store.db import writing
-from app.memory.store.records import now
+from app.memory.store.records import aware, now
 from app.memory.store.tables import JobStatus, ManagerJob
 
 
@@ -26,6 +26,22 @@ class Parked(NamedTuple):
     reason: str | None
     answer: str | None
     """The Manager's last answer when it was unusable (None when it could not be asked)."""
+
+
+class JobSummary(NamedTuple):
+    """A job as the memory page lists it (its conversation text is not shown)."""
+
+    job_id: str
+    status: str
+    explicit: bool
+    """The user asked to remember or forget something."""
+    attempts: int
+    messages: int
+    """How many new messages (the user's and the answers) it holds."""
+    error: str | None
+    answer: str | None
+    created_at: datetime
+    next_attempt_at: datetime
 
 
 class JobBook:
@@ -52,11 +68,14 @@ class JobBook:
             )
             return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
-    async def retry_failed(self, user_id: str | None = None) -> int:
-        """Failed jobs queued again, from their first attempt (`memproxy jobs retry`)."""
+    async def retry_failed(self, user_id: str | None = None, job_id: str | None = None) -> int:
+        """Failed jobs (of the user, or the one job) queued again, from their first attempt
+        (`memproxy jobs retry`)."""
         query = update(ManagerJob).where(ManagerJob.status == JobStatus.FAILED.value)
         if user_id is not None:
             query = query.where(ManagerJob.user_id == user_id)
+        if job_id is not None:
+            query = query.where(ManagerJob.id == job_id)
         async with writing(self._sessions) as session:
             result = await session.execute(
                 query.values(status=JobStatus.QUEUED.value, attempts=0, next_attempt_at=now())
@@ -64,12 +83,19 @@ class JobBook:
             return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
     async def counts(self, user_id: str | None = None) -> dict[str, int]:
+        """Jobs by status."""
         query = select(ManagerJob.status, func.count()).group_by(ManagerJob.status)
         if user_id is not None:
             query = query.where(ManagerJob.user_id == user_id)
         async with self._sessions() as session:
             found = {status: int(n) for status, n in await session.execute(query)}
         return {s.value: found.get(s.value, 0) for s in JobStatus}
+
+    async def progress(self, user_id: str) -> dict[str, int]:
+        """The user's jobs by status, and ``pending``: awaiting (the chat's answer still on its
+        way), queued and running: the exchanges not yet learned from."""
+        counts = await self.counts(user_id)
+        return counts | {"pending": sum(counts.values()) - counts[JobStatus.FAILED.value]}
 
     async def failed(self, user_id: str | None = None) -> list[Parked]:
         """Parked jobs, oldest first."""
@@ -81,6 +107,23 @@ class JobBook:
         async with self._sessions() as session:
             rows = await session.execute(query.order_by(ManagerJob.key))
             return [Parked(*row) for row in rows]
+
+    async def jobs(self, user_id: str, *, limit: int = 100) -> list[JobSummary]:
+        """The user's jobs, oldest first (the order they run in)."""
+        query = (
+            select(ManagerJob)
+            .where(ManagerJob.user_id == user_id)
+            .order_by(ManagerJob.key)
+            .limit(limit)
+        )
+        async with self._sessions() as session:
+            return [
+                JobSummary(
+                    j.id, j.status, j.explicit, j.attempts, len(j.payload.get("new", ())),
+                    j.error, j.answer, aware(j.created_at), aware(j.next_attempt_at),
+                )
+                for j in await session.scalars(query)
+            ]  # fmt: skip
 
     async def _set(self, job_id: str, **values: Any) -> None:
         async with writing(self._sessions) as session:

@@ -20,10 +20,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Unpack
+from typing import Any, Unpack
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.memory.store import events
 from app.memory.store.db import writing
@@ -33,15 +33,19 @@ from app.memory.store.records import (
     RECORD_COLUMNS,
     Changes,
     MemoryRecord,
+    Moved,
     NewMemory,
     Removed,
     Written,
+    describe_changes,
     now,
     record_of,
     record_of_row,
 )
 from app.memory.store.tables import (
+    JobStatus,
     ManagerJob,
+    ManagerState,
     Memory,
     MemoryEvent,
     MemorySource,
@@ -91,6 +95,7 @@ class MemoryStore(MemoryQueries):
         async with self.writing(user_id, actor, job_id=job_id) as w:
             existing = await _found(w, user_id, [item.id for item in items if item.id])
             fresh: dict[str, Memory] = {}
+            details: dict[str, str] = {}  # the created events' details, by id
             ids: list[str] = []  # each item's memory
             for item in items:
                 if item.id and (item.id in existing or item.id in fresh):
@@ -112,9 +117,11 @@ class MemoryStore(MemoryQueries):
                 )
                 fresh[row.id] = row
                 ids.append(row.id)
+                if item.detail:
+                    details[row.id] = item.detail
             inserted: set[str] = set()
             if fresh:
-                inserted = await w.insert_new(list(fresh.values()))
+                inserted = await w.insert_new(list(fresh.values()), details)
                 raced = [memory_id for memory_id in fresh if memory_id not in inserted]
                 if raced:  # committed by another write since the read above: they exist now
                     existing.update(await _found(w, user_id, raced, expected=True))
@@ -143,6 +150,7 @@ class MemoryStore(MemoryQueries):
             if row is None:
                 return None
             before = row.content
+            said = describe_changes(row, changes)
             if "metadata" in changes:
                 row.meta = dict(changes["metadata"])
             if "type" in changes:
@@ -150,7 +158,7 @@ class MemoryStore(MemoryQueries):
             for name in ("content", "pinned", "embedding", "embedding_model"):
                 if name in changes:
                     setattr(row, name, changes[name])
-            w.update(row, before=before)
+            w.update(row, before=before, detail=said)
         assert w.version is not None
         return Written([record_of(row)], w.version, [False])
 
@@ -173,6 +181,37 @@ class MemoryStore(MemoryQueries):
                 await w.execute(delete(table).where(table.user_id == user_id))
         assert w.version is not None
         return Removed(keys, w.version)
+
+    async def move(
+        self, from_user: str, to_user: str, *, actor: MemorySource = MemorySource.API
+    ) -> Moved:
+        """Give all of `from_user`'s memories to `to_user` in one transaction: same ids, their
+        whole history (with a ``moved`` event each, and the events of memories deleted before),
+        the fingerprints of the turns they were learned from (so the conversations are not
+        learned from again), and the Manager jobs not running yet (a running job finishes for
+        `from_user`). With neither memories nor such jobs, nothing changes."""
+        if from_user == to_user:
+            raise ValueError("cannot move a user's memories to the same user")
+        async with writing(self.sessions) as session:
+            source = Writer(session, from_user, actor, None)
+            target = Writer(session, to_user, actor, None)
+            keys = await source.hand_over(target)
+            jobs = await session.execute(
+                update(ManagerJob)
+                .where(
+                    ManagerJob.user_id == from_user,
+                    ManagerJob.status != JobStatus.RUNNING.value,
+                )
+                .values(user_id=to_user)
+            )
+            moved_jobs = int(jobs.rowcount or 0)  # type: ignore[attr-defined]
+            if keys or moved_jobs:
+                for table in (MemoryEvent, ManagerState, ProcessedTurn):
+                    await _give(session, table, from_user, to_user)
+            await source.finish()
+            await target.finish()
+        assert source.version is not None and target.version is not None
+        return Moved(keys, source.version, target.version, moved_jobs)
 
     async def history(self, user_id: str, memory_id: str) -> list[events.Event]:
         """Every write to one of the user's memories, oldest first, also after its deletion."""
@@ -215,6 +254,23 @@ class MemoryStore(MemoryQueries):
         async with self._engine.connect() as connection:
             rows = await connection.execute(query)
             return {row.key: record_of_row(row) for row in rows if row.user_id == user_id}
+
+
+async def _give(session: AsyncSession, table: Any, from_user: str, to_user: str) -> None:
+    """`from_user`'s rows of `table` become `to_user`'s. Where the user is part of the primary
+    key (processed turns by fingerprint, the Manager's per-user state), the rows `to_user`
+    already has win."""
+    mine = table.user_id == from_user
+    if table is ProcessedTurn:
+        known = select(ProcessedTurn.fingerprint).where(ProcessedTurn.user_id == to_user)
+        await session.execute(
+            delete(ProcessedTurn).where(mine, ProcessedTurn.fingerprint.in_(known))
+        )
+    elif table is ManagerState:
+        has = select(ManagerState.user_id).where(ManagerState.user_id == to_user)
+        if await session.scalar(has) is not None:
+            await session.execute(delete(ManagerState).where(mine))
+    await session.execute(update(table).where(mine).values(user_id=to_user))
 
 
 async def _found(

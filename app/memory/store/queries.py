@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
 
-from sqlalchemy import Row, Select, func, select
+from sqlalchemy import Row, Select, func, literal, select, union_all
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
@@ -15,10 +15,18 @@ from app.memory.store.records import (
     IndexRow,
     MemoryRecord,
     Snapshot,
+    UserSummary,
     aware,
     record_of,
 )
-from app.memory.store.tables import Memory, MemoryType, UserState
+from app.memory.store.tables import (
+    ManagerJob,
+    ManagerState,
+    Memory,
+    MemoryEvent,
+    MemoryType,
+    UserState,
+)
 
 IndexColumns: TypeAlias = "Row[int, str, str, datetime, bytes | None, str | None]"
 """A row of :func:`_index_query`, typed column by column, so mypy checks both the query that
@@ -148,6 +156,25 @@ class MemoryQueries:
                 "version": await version_of(session, user_id),
             }
 
+    async def user_summaries(
+        self, *, limit: int = 100, offset: int = 0
+    ) -> tuple[list[UserSummary], int]:
+        """Every user memproxy knows of (with memories, their history, or Manager jobs), latest
+        activity first, a page at a time; and how many there are in all."""
+        when = func.max(_activity.c.at)
+        grouped = select(
+            _activity.c.user_id, func.sum(_activity.c.memories).label("n"), when.label("at")
+        ).group_by(_activity.c.user_id)
+        async with self.sessions() as session:
+            total = await session.scalar(select(func.count()).select_from(grouped.subquery()))
+            rows = await session.execute(
+                grouped.order_by(when.is_(None), when.desc(), _activity.c.user_id)
+                .limit(limit)
+                .offset(offset)
+            )
+            found = [UserSummary(u, int(n or 0), _aware(_instant(at))) for u, n, at in rows]
+        return found, int(total or 0)
+
     async def users(self) -> list[tuple[str, int]]:
         """Every user with memories, and how many (for maintenance commands)."""
         query = (
@@ -155,6 +182,33 @@ class MemoryQueries:
         )
         async with self.sessions() as session:
             return [(u, int(n)) for u, n in await session.execute(query)]
+
+
+def _latest(column: Any, user: Any, memories: Any = 0) -> Select[Any]:
+    return select(
+        user.label("user_id"), literal(memories).label("memories"), func.max(column).label("at")
+    ).group_by(user)
+
+
+_activity = union_all(
+    select(
+        Memory.user_id.label("user_id"),
+        func.count().label("memories"),
+        func.max(Memory.updated_at).label("at"),
+    ).group_by(Memory.user_id),
+    _latest(Memory.last_recalled_at, Memory.user_id),
+    _latest(MemoryEvent.created_at, MemoryEvent.user_id),
+    _latest(ManagerState.last_job_at, ManagerState.user_id),
+    _latest(ManagerJob.created_at, ManagerJob.user_id),
+).subquery()
+"""One row per user and kind of activity: (user_id, memories, latest time)."""
+
+
+def _instant(value: datetime | str | None) -> datetime | None:
+    """A time from a UNION: SQLite hands back the stored text (the union drops its type)."""
+    if isinstance(value, str):
+        return datetime.fromisoformat(value)
+    return value
 
 
 def _index_query(user_id: str) -> Select[int, str, str, datetime, bytes | None, str | None]:

@@ -41,6 +41,8 @@ class NewMemory:
     created_at: datetime | None = None
     embedding: bytes | None = None
     embedding_model: str | None = None
+    detail: str | None = None
+    """Said in its ``created`` event (e.g. the memory an import with new ids copied)."""
 
 
 class Changes(TypedDict, total=False):
@@ -78,6 +80,28 @@ class Removed:
     @property
     def count(self) -> int:
         return len(self.keys)
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """What a move gave from one user to another."""
+
+    keys: list[int]
+    """The memories' keys (they keep their ids, keys and history)."""
+    source_version: int
+    target_version: int
+    jobs: int
+    """Manager jobs not yet running that went along (their turns are the target's now)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UserSummary:
+    """One user as the admin's list shows them."""
+
+    user_id: str
+    memories: int
+    last_activity: datetime | None
+    """The latest write to their memories, recall of one, or Manager job queued."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,3 +178,16 @@ RECORD_COLUMNS = (
     Memory.embedding_model,
 )
 """Every column but the embedding."""
+
+
+def describe_changes(row: Memory, changes: Changes) -> str | None:
+    """What a change does besides the text, in words, for the history: ``pinned``, ``type fact
+    -> preference``, ``metadata``."""
+    said = []
+    if "pinned" in changes and changes["pinned"] != row.pinned:
+        said.append("pinned" if changes["pinned"] else "unpinned")
+    if "type" in changes and MemoryType(changes["type"]).value != row.type:
+        said.append(f"type {row.type} -> {MemoryType(changes['type']).value}")
+    if "metadata" in changes and dict(changes["metadata"]) != row.meta:
+        said.append("metadata")
+    return ", ".join(said) or None

@@ -60,6 +60,8 @@ class EventAction(StrEnum):
     CREATED = "created"
     UPDATED = "updated"
     DELETED = "deleted"
+    MOVED = "moved"
+    """Given to another user (`memproxy memories move`, ``POST /v1/memories/move``)."""
 
 
 class Base(DeclarativeBase):

@@ -22,7 +22,7 @@ Promises:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Executable, Result, delete, select, update
@@ -70,11 +70,12 @@ class Writer:
         self._wrote(row)
         self._event(row.id, EventAction.CREATED, after=row.content, detail=detail)
 
-    def update(self, row: Memory, *, before: str) -> None:
-        """`row` (one of :meth:`rows`) was changed in place; `before` is its former content."""
+    def update(self, row: Memory, *, before: str, detail: str | None = None) -> None:
+        """`row` (one of :meth:`rows`) was changed in place; `before` is its former content,
+        `detail` says what else changed."""
         row.updated_at = now()
         self._wrote(row)
-        self._event(row.id, EventAction.UPDATED, before=before, after=row.content)
+        self._event(row.id, EventAction.UPDATED, before=before, after=row.content, detail=detail)
 
     async def delete(self, row: Memory) -> None:
         await self._session.delete(row)
@@ -95,10 +96,46 @@ class Writer:
                 self._event(memory_id, EventAction.DELETED, before=content)
         return [key for key, _, _ in found]
 
-    async def insert_new(self, rows: Sequence[Memory]) -> set[str]:
+    async def hand_over(self, target: Writer) -> list[int]:
+        """Give every memory of this unit's user to `target`'s user (another unit in the same
+        transaction): the keys moved. Both users' versions are bumped first (in user order, so
+        two opposite moves cannot deadlock), so no write of either user lands between the read
+        and the move, and given back when there was nothing to move; each memory moved gets a
+        ``moved`` event naming where it came from (the events before it are the caller's to
+        move: :meth:`app.memory.store.memories.MemoryStore.move`)."""
+        first, second = sorted((self, target), key=lambda w: w.user_id)
+        await first._bump()
+        await second._bump()
+        found = list(
+            await self._session.execute(
+                select(Memory.key, Memory.id, Memory.content).where(Memory.user_id == self.user_id)
+            )
+        )
+        if not found:
+            await self._unbump()
+            await target._unbump()
+            return []
+        keys = [key for key, _, _ in found]
+        await self._session.execute(  # all of them: both users are locked since the read
+            update(Memory)
+            .where(Memory.user_id == self.user_id)
+            .values(user_id=target.user_id, seq=target._bumped)
+        )
+        self._changed = target._changed = True
+        for _, memory_id, content in found:
+            target._event(
+                memory_id, EventAction.MOVED, before=content, after=content,
+                detail=f"moved from user {self.user_id!r}",
+            )  # fmt: skip
+        return keys
+
+    async def insert_new(
+        self, rows: Sequence[Memory], details: Mapping[str, str] | None = None
+    ) -> set[str]:
         """Insert the rows, skipping those whose id exists by now (a concurrent write's); the
-        ids inserted, each with its event. The version is bumped first (its lock orders the
-        inserts of concurrent writers) and given back when nothing was inserted."""
+        ids inserted, each with its event (and its detail, by id, from `details`). The version
+        is bumped first (its lock orders the inserts of concurrent writers) and given back when
+        nothing was inserted."""
         version = await self._bump()
         statement = (
             insert_for(self._session)(Memory)
@@ -113,7 +150,10 @@ class Writer:
             row.key, row.seq = key, version
             inserted.add(memory_id)
             # Its own source is its actor: an import keeps each memory's (api, manager...).
-            self._event(memory_id, EventAction.CREATED, MemorySource(row.source), after=row.content)
+            self._event(
+                memory_id, EventAction.CREATED, MemorySource(row.source),
+                after=row.content, detail=(details or {}).get(memory_id),
+            )  # fmt: skip
         if inserted:
             self._changed = True
         else:  # nothing written after all: the version must not move

@@ -249,3 +249,30 @@ async def test_overlapping_imports_at_once(client: httpx.AsyncClient) -> None:
     stats = (await client.get("/v1/memories/stats", headers=ANN)).json()
     assert stats["total"] == 60 and stats["version"] == 2
     assert len(await search(client, "Memory 33")) >= 1 and await indexed(client) == 60
+
+
+async def test_a_move_by_one_app_reaches_the_other_apps_indexes_of_both_users(
+    make_client: AppClientFactory, route: respx.Route
+) -> None:
+    writer, server = await two_apps(make_client)
+    anonymous = {"X-User-Id": "anonymous"}
+    await add(writer, *FIRST[:2])
+    moved = await writer.post(
+        "/v1/memories/batch", json={"memories": [{"content": FIRST[2]}]}, headers=anonymous
+    )
+    assert moved.status_code == 201, moved.text
+    await assert_sees(server, route, set(FIRST[:2]))  # B has both users' indexes cached
+    assert [h["content"] for h in (await server.post(
+        "/v1/memories/search", json={"query": FIRST[2], "min_score": 0.3}, headers=anonymous
+    )).json()["data"]] == [FIRST[2]]  # fmt: skip
+
+    response = await writer.post(
+        "/v1/memories/move", json={"from_user": "anonymous", "to_user": "ann"}
+    )
+    assert response.json()["moved"] == 1
+    await assert_sees(server, route, set(FIRST))  # ann's index caught up with what arrived
+    left = await server.post(
+        "/v1/memories/search", json={"query": FIRST[2], "min_score": 0.0}, headers=anonymous
+    )
+    assert left.json()["data"] == []  # and anonymous's dropped what left
+    await assert_sees(writer, route, set(FIRST))

@@ -1,0 +1,123 @@
+"""The arguments of ``memproxy memories|users|jobs|index`` (app/cli.py adds them; app/cli_memory.py
+runs them). Every command's parser sets ``handler``: the name app/cli_memory.py runs it by.
+
+Every command takes ``--database`` and ``--json`` (machine output alone on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from app.memory.store.tables import MemoryType
+
+TYPES = [t.value for t in MemoryType]
+
+
+def add_parsers(commands: Any, database: argparse.ArgumentParser) -> None:
+    """Add `memories`, `users`, `jobs` and `index` to memproxy's subcommands."""
+    machine = argparse.ArgumentParser(add_help=False, parents=[database])
+    machine.add_argument(
+        "--json",
+        action="store_true",
+        help="machine output on stdout: JSON Lines for lists, one JSON object for a result",
+    )
+    user = argparse.ArgumentParser(add_help=False, parents=[machine])
+    user.add_argument("--user", required=True, help="the user whose memories to act on")
+    memories = commands.add_parser(
+        "memories",
+        help="list, get, stats, history, add, edit, pin, unpin, search, delete, move, export, "
+        "import",
+    )
+    actions = memories.add_subparsers(dest="action", required=True)
+    _reading(actions, user)
+    _writing(actions, user, machine)
+    _admin(commands, machine)
+
+
+def _command(actions: Any, name: str, parent: argparse.ArgumentParser, about: str) -> Any:
+    """A subcommand run by the handler of the same name."""
+    parser = actions.add_parser(name, parents=[parent], help=about, description=about)
+    parser.set_defaults(handler=name)
+    return parser
+
+
+def _reading(actions: Any, user: argparse.ArgumentParser) -> None:
+    listing = _command(actions, "list", user, "the user's memories, newest first")
+    listing.add_argument("--type", action="append", choices=TYPES)
+    listing.add_argument("--contains")
+    listing.add_argument("--limit", type=int, default=100)
+    get = _command(actions, "get", user, "one memory, every field and its full content")
+    get.add_argument("id")
+    _command(actions, "stats", user, "counts by type, pinned, recalls, oldest and newest")
+    history = _command(actions, "history", user, "every write to one memory, oldest first")
+    history.add_argument("id")
+    search = _command(actions, "search", user, "ranked as chat recall ranks")
+    search.add_argument("query")
+    search.add_argument("--limit", type=int, default=10)
+    search.add_argument("--min-score", type=float, help="default MEMPROXY_RELEVANCE_THRESHOLD")
+    export = _command(actions, "export", user, "JSON Lines, one memory each (--json: the same)")
+    export.add_argument("--output", help="file to write (default: standard output)")
+
+
+def _writing(actions: Any, user: argparse.ArgumentParser, machine: argparse.ArgumentParser) -> None:
+    add = _command(actions, "add", user, "new memories: one, or one per line of a text file")
+    given = add.add_mutually_exclusive_group(required=True)
+    given.add_argument("content", nargs="?")
+    given.add_argument("--file", help="a UTF-8 text file: each non-blank line is one memory")
+    add.add_argument("--type", default="fact", choices=TYPES)
+    add.add_argument("--pinned", action="store_true")
+    add.add_argument("--metadata", default="{}", help="a JSON object")
+    edit = _command(actions, "edit", user, "change a memory (new content is embedded again)")
+    edit.add_argument("id")
+    edit.add_argument("--content")
+    edit.add_argument("--type", choices=TYPES)
+    edit.add_argument("--metadata", help="a JSON object (replaces the old one)")
+    pins = [("pin", "pin memories: never forgotten automatically"), ("unpin", "unpin memories")]
+    for name, about in pins:
+        _command(actions, name, user, about).add_argument("ids", nargs="+", metavar="id")
+    delete = _command(actions, "delete", user, "delete memories (their history stays)")
+    delete.add_argument("ids", nargs="*", metavar="id")
+    delete.add_argument("--all", action="store_true", help="every memory of the user")
+    delete.add_argument("--yes", action="store_true", help="confirm --all")
+    move = _command(actions, "move", machine, "give all of a user's memories to another user")
+    move.add_argument("--from", dest="from_user", required=True, metavar="USER")
+    move.add_argument("--to", dest="to_user", required=True, metavar="USER")
+    imports = _command(actions, "import", user, "JSON Lines, as export writes them")
+    imports.add_argument("file", nargs="?", help="JSON Lines file (default: standard input)")
+    imports.add_argument(
+        "--ids",
+        choices=["keep", "new"],
+        default="keep",
+        help="keep: the lines' ids (a second import skips them); new: a new id for every line "
+        "(to copy another user's export)",
+    )
+
+
+def _admin(commands: Any, machine: argparse.ArgumentParser) -> None:
+    users = commands.add_parser("users", help="the users memproxy knows of")
+    listing = _command(
+        users.add_subparsers(dest="action", required=True),
+        "list",
+        machine,
+        "users with memories, history or Manager jobs, latest activity first",
+    )
+    listing.set_defaults(handler="users")
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--offset", type=int, default=0)
+
+    jobs = commands.add_parser("jobs", help="the Manager's job queue", parents=[machine])
+    jobs.set_defaults(handler="jobs")
+    jobs.add_argument(
+        "action",
+        choices=["list", "retry"],
+        help="list: counts, failures (and with --user, the user's jobs); retry: queue failures "
+        "again",
+    )
+    jobs.add_argument("--user", help="only this user's jobs")
+    jobs.add_argument("--job", help="retry: only this job")
+
+    index = commands.add_parser("index", help="search indexes", parents=[machine])
+    index.set_defaults(handler="index")
+    index.add_argument("action", choices=["rebuild"])
+    index.add_argument("--user", help="only this user (default: every user)")

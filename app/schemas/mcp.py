@@ -1,0 +1,45 @@
+"""What the MCP server's tools answer (:mod:`app.api.mcp`): short, structured, ids in full."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+
+class _Memory(BaseModel):
+    id: str
+    content: str
+    type: str
+    created_at: datetime
+
+
+class Item(_Memory):
+    pinned: bool
+
+
+class Remembered(Item):
+    already_existed: bool = Field(description="True: the user already had this memory.")
+
+
+class Hit(_Memory):
+    score: float = Field(description="Relevance, 0-1.")
+
+
+class Recalled(BaseModel):
+    memories: list[Hit]
+
+
+class Page(BaseModel):
+    memories: list[Item]
+    total: int = Field(description="How many memories (of that type) the user has in all.")
+
+
+class Stats(BaseModel):
+    total: int
+    by_type: dict[str, int]
+    pinned: int
+    recall_count: int
+    oldest: datetime | None
+    newest: datetime | None
+    jobs: dict[str, int] = Field(description="Learning from chats: counts by state.")

@@ -1,0 +1,348 @@
+// memproxy's memory page, its views (lib.js, loaded first, has the plumbing they use).
+"use strict";
+
+// --- signing in, picking the user --------------------------------------------------------
+
+
+function showLogin(message) {
+  $("app").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = message || "";
+  $("sign-out").hidden = true;
+  $("sign-in").hidden = true;
+  $("who").textContent = "";
+  $("key").focus();
+}
+
+async function start() {
+  for (const select of document.querySelectorAll("select.types")) {
+    for (const type of TYPES) select.append(el("option", { value: type }, type));
+  }
+  try {
+    signedIn(await json("GET", "/v1/users/me", { user: false }));
+  } catch (error) {
+    if (error.status === 401) showLogin(state.key ? refusal(error) : "");
+    else toast(error.message, null, true);
+  }
+}
+
+function signedIn(me) {
+  state.role = me.role;
+  $("login").hidden = true;
+  $("app").hidden = false;
+  $("sign-out").hidden = !state.key;
+  $("sign-in").hidden = Boolean(state.key);  // keys may open more (an admin key: every user)
+  if (me.role === "user" && !me.user_id) {
+    return showLogin("No user: this server needs a key bound to a user, or an admin key.");
+  }
+  const picks = me.role !== "user";
+  $("user-form").hidden = !picks;
+  $("tab-users").hidden = !picks;
+  $("who").textContent = me.role === "user" ? `Signed in as ${me.user_id}`
+    : me.role === "admin" ? "Admin key: any user" : "Open server (no keys): any user";
+  const user = me.role === "user" ? me.user_id : sessionStorage.getItem(USER) || me.user_id;
+  if (user) selectUser(user);
+  else showTab("users");
+  if (picks) loadUsers();
+}
+
+function selectUser(user) {
+  state.user = user;
+  state.offset = 0;
+  if (state.role !== "user") sessionStorage.setItem(USER, user);
+  $("user").value = user;
+  $("wipe-confirm").value = "";
+  $("wipe").disabled = true;
+  // Nothing of the user shown before stays on screen (its buttons would act on this one).
+  state.filter = { q: "", type: "" };
+  $("filter-form").reset();
+  $("search-form").reset();
+  $("search-list").replaceChildren();
+  $("search-summary").textContent = "";
+  document.title = `memproxy: ${user}`;
+  showTab("memories");
+}
+
+// --- tabs --------------------------------------------------------------------------------
+
+const VIEWS = { memories: loadMemories, search: null, stats: loadStats, data: null, users: loadUsers };
+
+function showTab(name) {
+  for (const tab of document.querySelectorAll("[role=tab]")) {
+    const on = tab.id === `tab-${name}`;
+    tab.setAttribute("aria-selected", String(on));
+    tab.tabIndex = on ? 0 : -1;
+    $(tab.getAttribute("aria-controls")).hidden = !on;
+  }
+  const load = VIEWS[name];
+  if (load && (state.user || name === "users")) guarded(load)();
+}
+
+function tabKeys(event) {
+  const tabs = [...document.querySelectorAll("[role=tab]")].filter((t) => !t.hidden);
+  const at = tabs.indexOf(event.target);
+  const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
+  if (at < 0 || !step) return;
+  const next = tabs[(at + step + tabs.length) % tabs.length];
+  next.focus();
+  showTab(next.id.slice(4));
+}
+
+// --- memories ----------------------------------------------------------------------------
+
+async function loadMemories() {
+  const page = await json("GET", "/v1/memories", { params: {
+    limit: PAGE, offset: state.offset, q: state.filter.q, type: state.filter.type,
+  } });
+  if (!page.data.length && state.offset > 0) {  // the last one of the last page was deleted
+    state.offset = Math.max(0, state.offset - PAGE);
+    return loadMemories();
+  }
+  $("memory-list").replaceChildren(...page.data.map((m) => memoryItem(m)));
+  const first = page.total ? state.offset + 1 : 0;
+  $("list-summary").textContent = `${plural(page.total, "memory", "memories")} of ${state.user}`;
+  $("page-info").textContent = `${first}–${state.offset + page.data.length} of ${page.total}`;
+  $("prev").disabled = state.offset === 0;
+  $("next").disabled = !page.has_more;
+}
+
+function memoryItem(memory, score) {
+  const item = el("li", { class: "memory", "data-id": memory.id });
+  const content = el("p", { class: "content" }, memory.content);
+  const meta = el("div", { class: "meta" },
+    el("span", { class: `badge type-${memory.type}` }, memory.type),
+    memory.pinned ? el("span", { class: "badge pinned" }, "pinned") : null,
+    score !== undefined ? el("span", { class: "badge score" }, `score ${score.toFixed(3)}`) : null,
+    el("span", {}, `${memory.source} · ${when(memory.created_at)} · recalled ${memory.recall_count}×`),
+    el("code", { class: "id", title: "memory id" }, memory.id));
+  const actions = el("div", { class: "actions" },
+    el("button", { type: "button", onclick: () => editInline(item, memory) }, "Edit"),
+    el("button", { type: "button", "aria-pressed": String(memory.pinned),
+                   onclick: guarded(() => setPinned(item, memory)) }, memory.pinned ? "Unpin" : "Pin"),
+    el("button", { type: "button", onclick: guarded(() => showHistory(memory)) }, "History"),
+    el("button", { type: "button", class: "danger", onclick: guarded(() => remove(item, memory)) }, "Delete"));
+  item.append(meta, content, actions);
+  return item;
+}
+
+function replaceItem(item, memory) {
+  const fresh = memoryItem(memory);
+  item.replaceWith(fresh);
+  return fresh;
+}
+
+function editInline(item, memory) {
+  const text = el("textarea", { rows: "3", "aria-label": "Memory text", required: true });
+  text.value = memory.content;
+  const type = el("select", { "aria-label": "Type" }, TYPES.map((t) => el("option", { value: t }, t)));
+  type.value = memory.type;
+  const cancel = () => { replaceItem(form, memory).querySelector("button").focus(); };
+  const form = el("form", { class: "memory editing", onsubmit: guarded(async () => {
+    const changes = {};
+    if (text.value.trim() !== memory.content) changes.content = text.value;
+    if (type.value !== memory.type) changes.type = type.value;
+    if (!Object.keys(changes).length) return cancel();
+    const saved = await json("PATCH", `/v1/memories/${encodeURIComponent(memory.id)}`, { body: changes });
+    replaceItem(form, saved).querySelector("button").focus();
+    toast("Saved.");
+  }) }, text, el("div", { class: "actions" }, type,
+    el("button", { type: "submit" }, "Save"),
+    el("button", { type: "button", onclick: cancel }, "Cancel")));
+  form.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") cancel();
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) form.requestSubmit();
+  });
+  item.replaceWith(form);
+  text.focus();
+}
+
+async function setPinned(item, memory) {
+  const saved = await json("PATCH", `/v1/memories/${encodeURIComponent(memory.id)}`,
+                           { body: { pinned: !memory.pinned } });
+  replaceItem(item, saved);
+  toast(saved.pinned ? "Pinned: never forgotten or deleted automatically." : "Unpinned.");
+}
+
+async function remove(item, memory) {
+  await api("DELETE", `/v1/memories/${encodeURIComponent(memory.id)}`);
+  item.remove();
+  const owner = state.user;  // another user may be selected by the time Undo is pressed
+  toast(`Deleted “${memory.content.slice(0, 60)}”.`, { label: "Undo", run: async () => {
+    // Put back with its id, text, type, pinned state and creation date: an import of its own
+    // export line (so its source becomes `import`, its recall count 0, its history says so).
+    const { score, ...line } = memory;  // a search hit's score is not part of the memory
+    await api("POST", "/v1/memories/import", { raw: JSON.stringify(line) + "\n", user: owner });
+    toast(`Restored to ${owner}.`);
+    if (state.user === owner) await loadMemories();
+  } });
+  await loadMemories();
+}
+
+async function showHistory(memory) {
+  const events = (await json("GET", `/v1/memories/${encodeURIComponent(memory.id)}/history`)).data;
+  $("history-title").textContent = `History of ${memory.id}`;
+  $("history-list").replaceChildren(...events.map((e) => el("li", {},
+    el("strong", {}, e.action), ` by ${e.actor}`, e.job_id ? ` (job ${e.job_id})` : "",
+    ` · ${when(e.created_at)}`,
+    e.before !== null && e.action !== "created" && e.before !== e.after
+      ? el("div", { class: "before" }, e.before) : null,
+    e.after !== null && e.action !== "deleted" ? el("div", { class: "after" }, e.after) : null,
+    e.detail ? el("div", { class: "muted" }, e.detail) : null)));
+  $("history").showModal();
+}
+
+async function addMemory() {
+  const body = { content: $("add-content").value, type: $("add-type").value,
+                 pinned: $("add-pinned").checked };
+  const created = await json("POST", "/v1/memories", { body });
+  $("add-content").value = "";
+  $("add-pinned").checked = false;
+  state.offset = 0;
+  await loadMemories();
+  toast(`Added ${created.id}.`);
+}
+
+// --- search ------------------------------------------------------------------------------
+
+async function search() {
+  const body = { query: $("search-query").value, limit: 20 };
+  if ($("search-min").value !== "") body.min_score = Number($("search-min").value);
+  const found = (await json("POST", "/v1/memories/search", { body })).data;
+  $("search-summary").textContent = `${found.length} found, best first (the fused score chat recall ranks by)`;
+  $("search-list").replaceChildren(...found.map((hit) => memoryItem(hit, hit.score)));
+}
+
+// --- stats and jobs ----------------------------------------------------------------------
+
+async function loadStats() {
+  const stats = await json("GET", "/v1/memories/stats");
+  const rows = [
+    ["Memories", stats.total],
+    ...Object.entries(stats.by_type).map(([type, n]) => [`  ${type}`, n]),
+    ["Pinned", stats.pinned],
+    ["Recalled (times)", stats.recall_count],
+    ["Oldest", when(stats.oldest)],
+    ["Newest", when(stats.newest)],
+    ["Jobs pending", stats.jobs.pending],
+    ["Jobs failed", stats.jobs.failed],
+  ];
+  $("stats").replaceChildren(...rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
+  await loadJobs();
+}
+
+async function loadJobs() {
+  const jobs = (await json("GET", "/v1/memories/jobs")).data;
+  $("retry-all").disabled = !jobs.some((j) => j.status === "failed");
+  if (!jobs.length) return $("jobs").replaceChildren(el("li", { class: "muted" }, "No job waiting: the Manager has learned from every chat."));
+  $("jobs").replaceChildren(...jobs.map((job) => el("li", { class: `job status-${job.status}` },
+    el("div", { class: "meta" }, el("span", { class: "badge" }, job.status),
+       job.explicit ? el("span", { class: "badge" }, "asked to remember") : null,
+       `${job.messages} messages · queued ${when(job.created_at)} · ${plural(job.attempts, "attempt")}`,
+       el("code", { class: "id" }, job.id)),
+    job.error ? el("p", { class: "error" }, job.error) : null,
+    job.answer ? el("details", {}, el("summary", {}, "The Manager's answer"), el("pre", {}, job.answer)) : null,
+    job.status === "failed" ? el("button", { type: "button", onclick: guarded(async () => {
+      await json("POST", "/v1/memories/jobs/retry", { body: { job_id: job.id } });
+      toast("Queued again.");
+      await loadJobs();
+    }) }, "Re-queue") : null)));
+}
+
+async function retryAll() {
+  const result = await json("POST", "/v1/memories/jobs/retry", { body: {} });
+  toast(`Queued again: ${result.requeued}.`);
+  await loadJobs();
+}
+
+// --- import, export, delete everything ---------------------------------------------------
+
+async function exportAll() {
+  const blob = await (await api("GET", "/v1/memories/export")).blob();
+  const link = el("a", { href: URL.createObjectURL(blob), download: `memories-${state.user}.jsonl` });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}
+
+async function importFile() {
+  const file = $("import-file").files[0];
+  if (!file) return;
+  const ids = document.querySelector("input[name=ids]:checked").value;
+  const result = await json("POST", "/v1/memories/import", { raw: await file.text(), params: { ids } });
+  toast(`Imported ${result.imported}, skipped ${result.skipped} (already here).`);
+  $("import-form").reset();
+}
+
+async function wipe() {
+  if ($("wipe-confirm").value !== state.user) return;
+  const result = await json("DELETE", "/v1/memories", { params: { confirm: "true" } });
+  toast(`Deleted ${plural(result.deleted, "memory", "memories")} of ${state.user}.`);
+  $("wipe-form").reset();
+  $("wipe").disabled = true;
+}
+
+// --- users (admin) -----------------------------------------------------------------------
+
+async function loadUsers() {
+  const page = await json("GET", "/v1/users", { user: false, params: { limit: PAGE, offset: state.usersOffset } });
+  $("user-list").replaceChildren(...page.data.map((u) => el("option", { value: u.id })));
+  $("users-summary").textContent = `${plural(page.total, "user")}, latest activity first`;
+  $("users").replaceChildren(...page.data.map((u) => el("tr", {},
+    el("th", { scope: "row" }, el("code", {}, u.id)), el("td", {}, u.memories), el("td", {}, when(u.last_activity)),
+    el("td", {}, el("button", { type: "button", onclick: () => selectUser(u.id) }, "Open")))));
+  $("users-page").textContent = `${page.total ? state.usersOffset + 1 : 0}–${state.usersOffset + page.data.length} of ${page.total}`;
+  $("users-prev").disabled = state.usersOffset === 0;
+  $("users-next").disabled = !page.has_more;
+}
+
+// --- wiring ------------------------------------------------------------------------------
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login-form").addEventListener("submit", guarded(async () => {
+    state.key = $("key").value.trim();
+    sessionStorage.setItem(KEY, state.key);
+    $("key").value = "";
+    try {
+      signedIn(await json("GET", "/v1/users/me", { user: false }));
+    } catch (error) {
+      sessionStorage.removeItem(KEY);
+      state.key = "";
+      showLogin(error.status === 401 ? refusal(error) : error.message);
+    }
+  }));
+  $("sign-in").addEventListener("click", () => showLogin(""));
+  $("sign-out").addEventListener("click", () => {
+    sessionStorage.clear();
+    location.reload();
+  });
+  $("user-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    if ($("user").value.trim()) selectUser($("user").value.trim());
+  });
+  for (const tab of document.querySelectorAll("[role=tab]")) {
+    tab.addEventListener("click", () => showTab(tab.id.slice(4)));
+    tab.addEventListener("keydown", tabKeys);
+  }
+  $("add-form").addEventListener("submit", guarded(addMemory));
+  const filter = guarded(async () => {
+    state.filter = { q: $("filter-text").value.trim(), type: $("filter-type").value };
+    state.offset = 0;
+    await loadMemories();
+  });
+  $("filter-form").addEventListener("submit", filter);
+  $("filter-type").addEventListener("change", filter);
+  $("prev").addEventListener("click", guarded(async () => { state.offset = Math.max(0, state.offset - PAGE); await loadMemories(); }));
+  $("next").addEventListener("click", guarded(async () => { state.offset += PAGE; await loadMemories(); }));
+  $("search-form").addEventListener("submit", guarded(search));
+  $("refresh-stats").addEventListener("click", guarded(loadStats));
+  $("retry-all").addEventListener("click", guarded(retryAll));
+  $("export").addEventListener("click", guarded(exportAll));
+  $("import-form").addEventListener("submit", guarded(importFile));
+  $("wipe-confirm").addEventListener("input", () => { $("wipe").disabled = $("wipe-confirm").value !== state.user; });
+  $("wipe-form").addEventListener("submit", guarded(wipe));
+  $("refresh-users").addEventListener("click", guarded(loadUsers));
+  $("users-prev").addEventListener("click", guarded(async () => { state.usersOffset = Math.max(0, state.usersOffset - PAGE); await loadUsers(); }));
+  $("users-next").addEventListener("click", guarded(async () => { state.usersOffset += PAGE; await loadUsers(); }));
+  start();
+});
