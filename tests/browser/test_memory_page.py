@@ -277,6 +277,7 @@ def test_with_no_keys_the_page_asks_for_the_user(page: Page, open_server: str) -
     page.goto(f"{open_server}/ui")
     expect(page.locator("#who")).to_have_text("Open server (no keys): any user")
     expect(page.locator("#login")).to_be_hidden()
+    expect(page.get_by_role("button", name="Sign in with a key")).to_be_hidden()  # no keys here
     page.get_by_label("User", exact=True).fill("carol")
     page.get_by_role("button", name="Show").click()
     expect(memories(page)).to_have_text(["Likes jazz"])

@@ -104,26 +104,37 @@ def with_requests(
 ) -> list[Operation]:
     """`operations`, and a NEW for each thing a user turn explicitly asked to remember
     (:func:`~app.memory.learning.extraction.requested`) that no NEW or UPDATE, nor a memory
-    shown, holds (half of its words or more): what the user asked for is stored in their words
-    rather than lost. A
-    1.5B model answered "Remember that my daughter Mia turns 7 on 3 May" with no operation
-    when the chat's model had replied "I'm sorry, but I can't assist with that"."""
-    written = [
-        set(grounds.analyzer.terms(o.content or "")) for o in operations if o.op is not Op.DELETE
+    shown, holds (half of its words or more, and every name it gives): what the user asked for
+    is stored in their words rather than lost. A NEW of the answer made of the request's words
+    alone (a fragment of it) then goes: the request says it whole.
+
+    A 1.5B model answered "Remember that my daughter Mia turns 7 on 3 May" with no operation
+    when the chat's model had replied "I'm sorry, but I can't assist with that", and once with
+    "Turns 7 on 3 May": half the words, without whose birthday it is."""
+    terms = grounds.analyzer.terms
+    written: list[tuple[set[str], Operation | None]] = [
+        (set(terms(o.content or "")), o) for o in operations if o.op is not Op.DELETE
     ]
-    written += [set(words) for words in grounds.shown.values()]  # known already: not again
-    added = []
+    written += [(set(words), None) for words in grounds.shown.values()]  # known already
+    kept, added = list(operations), []
     for turn in turns:
         if not isinstance(turn, ModelRequest):
             continue
         for what in requested(text_of(turn)):
-            words = set(grounds.analyzer.terms(what))
-            if words and not any(len(words & w) >= GROUNDED_AT * len(words) for w in written):
-                added.append(Operation(op=Op.NEW, content=what))
-                written.append(words)
-    return [*operations, *added]
+            words, names = set(terms(what)), set(terms(" ".join(_NAME.findall(what))))
+            if not words or any(
+                len(words & w) >= GROUNDED_AT * len(words) and names <= w for w, _ in written
+            ):
+                continue
+            fragments = [o for w, o in written if o is not None and o.op is Op.NEW and w <= words]
+            kept = [o for o in kept if all(o is not f for f in fragments)]
+            added.append(Operation(op=Op.NEW, content=what))
+            written.append((words, None))
+    return [*kept, *added]
 
 
+_NAME = re.compile(r"(?<=\w )[A-Z][\w'-]*")
+"""A capitalised word that does not begin the text: a name, a place, a month ("Mia", "May")."""
 _ERASING = re.compile(
     r"\b(?:forget|erase|delete|remove|wipe)\s+(?:everything|all|whatever|what\s+you\s+know)\b",
     re.IGNORECASE,

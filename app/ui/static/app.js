@@ -31,7 +31,8 @@ function signedIn(me) {
   $("login").hidden = true;
   $("app").hidden = false;
   $("sign-out").hidden = !state.key;
-  $("sign-in").hidden = Boolean(state.key);  // keys may open more (an admin key: every user)
+  // Where keys exist, one may open more (an admin key: every user); an open server has none.
+  $("sign-in").hidden = Boolean(state.key) || me.role === "open";
   if (me.role === "user" && !me.user_id) {
     return showLogin("No user: this server needs a key bound to a user, or an admin key.");
   }

@@ -177,6 +177,11 @@ def test_an_explicit_request_the_answer_left_out_is_added_in_the_users_words() -
     assert with_requests(kept, turns, grounds) == kept  # the answer holds it already
     known = Grounds.of(turns, [Shown(1, "Daughter Mia turns 7 on 3 May", "fact", now())])
     assert with_requests([], turns, known) == []  # a memory shown holds it already
+    # half the words but not whose birthday it is: the request is stored whole, the fragment goes
+    cut = [new("Turns 7 on 3 May"), new("Moved house")]
+    assert [o.content for o in with_requests(cut, turns, grounds)] == [
+        "Moved house", "My daughter Mia turns 7 on 3 May",
+    ]  # fmt: skip
 
 
 def test_questions_about_the_user_are_their_words() -> None:
