@@ -114,7 +114,7 @@ def _database_command(
     args: argparse.Namespace, settings: Settings, embedder: TextEmbedder | None
 ) -> int:
     if args.command == "db":
-        asyncio.run(_upgrade(settings.database_url))
+        asyncio.run(_upgrade(settings))
         from app.startup import redact
 
         print(f"database at the newest schema: {redact(settings.database_url)}")
@@ -234,10 +234,10 @@ def _memory_parsers(commands: Any, database: argparse.ArgumentParser) -> None:
     add_parsers(commands, database)
 
 
-async def _upgrade(url: str) -> None:
-    from app.memory.store.db import create_engine, upgrade
+async def _upgrade(settings: Settings) -> None:
+    from app.memory.store.db import engine_for, upgrade
 
-    engine = create_engine(url)
+    engine = engine_for(settings)
     try:
         await upgrade(engine)
     finally:

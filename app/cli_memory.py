@@ -47,7 +47,7 @@ from app.config import Settings
 from app.errors import MemproxyError
 from app.memory.search.embedder import TextEmbedder, load_embedder
 from app.memory.service import MemoryService
-from app.memory.store.db import create_engine, upgrade
+from app.memory.store.db import engine_for, upgrade
 from app.memory.store.memories import IdTaken, MemoryStore
 
 NEEDS_MODEL = {"add", "search", "import", "index"}
@@ -77,9 +77,7 @@ def needs_model(args: argparse.Namespace) -> bool:
 async def _run(
     args: argparse.Namespace, settings: Settings, embedder: TextEmbedder | None, console: Console
 ) -> int:
-    engine = create_engine(
-        settings.database_url, busy_timeout_seconds=settings.sqlite_busy_timeout_seconds
-    )
+    engine = engine_for(settings)
     model: TextEmbedder = _NoModel()
     try:
         await upgrade(engine)

@@ -89,6 +89,17 @@ class Settings(BaseSettings):
     # --- storage ------------------------------------------------------------------------------
     database_url: str = "sqlite+aiosqlite:///./data/memproxy.db"
     """SQLAlchemy async URL of the memory database (PostgreSQL: postgresql+asyncpg://...)."""
+    database_pool_size: int = Field(default=5, ge=1, le=1000)
+    """PostgreSQL: connections each process keeps open (several replicas: the sum must stay
+    under the server's `max_connections`)."""
+    database_max_overflow: int = Field(default=5, ge=0, le=1000)
+    """PostgreSQL: connections a process may open beyond the pool under load, closed after."""
+    database_pool_pre_ping: bool = True
+    """PostgreSQL: test a pooled connection before using it, so that one the server closed (a
+    restart, an idle timeout) is replaced instead of failing the request."""
+    database_pgbouncer: bool = False
+    """PostgreSQL behind PgBouncer in transaction mode: no prepared statements are cached (a
+    statement prepared on one server connection is not there on the next)."""
     sqlite_busy_timeout_seconds: float = Field(default=5.0, ge=0)
     """How long a SQLite write waits for another process's write before it tries again (a write
     gives up after a minute of a locked database); also the longest a chat's first byte waits

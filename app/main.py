@@ -36,7 +36,7 @@ from app.memory import (
     Worker,
     build_http_client,
     configure_threads,
-    create_engine,
+    engine_for,
     load_embedder,
     upgrade,
 )
@@ -76,9 +76,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(
-            settings.database_url, busy_timeout_seconds=settings.sqlite_busy_timeout_seconds
-        )
+        engine = engine_for(settings)
         await upgrade(engine)
         configure_threads(1)
         text_embedder = (

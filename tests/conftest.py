@@ -4,7 +4,7 @@ unit tests, or the real fake server on loopback (tests/servers.py) for end-to-en
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -19,19 +19,48 @@ from app.config import Settings
 from app.main import create_app
 from app.memory.store.db import create_engine, upgrade
 from app.proxy.hooks import MemoryHooks
+from tests import databases
 from tests.fakes import FakeEmbedder
 from tests.helpers import UPSTREAM, running
 
 
+@pytest.fixture(scope="session")
+def _template() -> Iterator[str | None]:
+    if not databases.on_postgresql():
+        yield None
+        return
+    with databases.template() as name:
+        yield name
+
+
+@pytest.fixture
+def database_url(tmp_path: Path, _template: str | None) -> Iterator[str]:
+    """The test's own database (tests/databases.py: SQLite, or PostgreSQL when
+    ``MEMPROXY_TEST_DATABASE_URL`` is set)."""
+    if _template is None:
+        yield f"sqlite+aiosqlite:///{tmp_path}/memproxy.db"
+        return
+    with databases.database(_template) as url:
+        yield url
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if databases.on_postgresql():
+        skip = pytest.mark.skip(reason="about SQLite itself: not run on PostgreSQL")
+        for item in items:
+            if "sqlite_only" in item.keywords:
+                item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _clean_environment(monkeypatch: pytest.MonkeyPatch, database_url: str) -> None:
     """A developer's MEMPROXY_* variables or .env must not change what the tests see, and every
     test gets a database of its own."""
     for name in list(os.environ):
         if name.startswith("MEMPROXY_"):
             monkeypatch.delenv(name)
     monkeypatch.setitem(Settings.model_config, "env_file", None)
-    monkeypatch.setenv("MEMPROXY_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path}/memproxy.db")
+    monkeypatch.setenv("MEMPROXY_DATABASE_URL", database_url)
 
 
 def make_settings(**overrides: Any) -> Settings:
@@ -86,8 +115,11 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    """A migrated database of the test's own, in a folder the engine must create."""
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/sub/memproxy.db")
+    """A migrated database of the test's own (on SQLite in a folder the engine must create)."""
+    url = os.environ["MEMPROXY_DATABASE_URL"]
+    if not databases.on_postgresql():
+        url = f"sqlite+aiosqlite:///{tmp_path}/sub/memproxy.db"
+    engine = create_engine(url)
     await upgrade(engine)
     yield engine
     await engine.dispose()

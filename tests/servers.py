@@ -17,6 +17,7 @@ from app.devtools.fake_upstream import FakeUpstream
 from app.main import create_app
 from app.memory.search.embedder import TextEmbedder
 from app.proxy.hooks import MemoryHooks
+from tests import databases
 from tests.fakes import FakeEmbedder
 
 
@@ -58,7 +59,7 @@ def serve_stack(
     """The fake upstream and a memproxy forwarding to it, each on its own loopback server."""
     fake = FakeUpstream()
     with tempfile.TemporaryDirectory() as data, serve(fake) as upstream:
-        settings.setdefault("database_url", f"sqlite+aiosqlite:///{data}/memproxy.db")
+        settings.setdefault("database_url", databases.url_in(data))
         settings.setdefault("manager_enabled", False)  # no test talks to a real Manager
         settings.setdefault("upstream_check_at_start", False)
         app = create_app(

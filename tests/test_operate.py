@@ -30,6 +30,7 @@ async def test_ready_when_database_schema_and_embedder_are(client: httpx.AsyncCl
     assert (await client.get("/healthz")).json() == {"status": "ok"}
 
 
+@pytest.mark.sqlite_only  # reads or breaks the SQLite file directly
 async def test_not_ready_when_the_schema_is_behind(
     client: httpx.AsyncClient, tmp_path: Path
 ) -> None:

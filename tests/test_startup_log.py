@@ -19,6 +19,7 @@ from tests.helpers import completion_json, running
 from tests.log_capture import build, capture, log_fixture  # noqa: F401 (the `log` fixture)
 
 
+@pytest.mark.sqlite_only  # the line it checks names the SQLite file
 async def test_start_up_says_where_what_and_warns_of_an_open_server(
     upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from app.memory.search.dense import configure_threads
     from app.memory.search.embedder import TextEmbedder, load_embedder
     from app.memory.service import MemoryService
-    from app.memory.store.db import create_engine, upgrade
+    from app.memory.store.db import engine_for, upgrade
     from app.memory.store.memories import MemoryStore
 
 _WHERE = {
@@ -43,7 +43,7 @@ _WHERE = {
     "TextEmbedder": "app.memory.search.embedder",
     "load_embedder": "app.memory.search.embedder",
     "MemoryService": "app.memory.service",
-    "create_engine": "app.memory.store.db",
+    "engine_for": "app.memory.store.db",
     "upgrade": "app.memory.store.db",
     "MemoryStore": "app.memory.store.memories",
 }
@@ -57,7 +57,7 @@ __all__ = [
     "Worker",
     "build_http_client",
     "configure_threads",
-    "create_engine",
+    "engine_for",
     "load_embedder",
     "upgrade",
 ]

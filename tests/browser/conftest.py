@@ -21,6 +21,7 @@ import pytest
 from app.config import Settings
 from app.devtools.fake_upstream import FakeUpstream
 from app.main import create_app
+from tests import databases
 from tests.fakes import LEARN_AT_ONCE, FakeEmbedder, unusable_manager
 from tests.servers import serve
 
@@ -74,7 +75,7 @@ def _serve_memproxy(**settings: Any) -> Iterator[str]:
         app = create_app(
             Settings(
                 upstream_base_url=f"{upstream}/v1",
-                database_url=f"sqlite+aiosqlite:///{data}/memproxy.db",
+                database_url=databases.url_in(data),
                 upstream_check_at_start=False,
                 manager_max_retries=0,
                 **LEARN_AT_ONCE,

@@ -19,6 +19,7 @@ import respx
 
 from app.config import Settings
 from app.main import create_app
+from tests import databases
 from tests.fakes import FakeEmbedder
 from tests.helpers import UPSTREAM, assert_openai_error
 from tests.servers import serve
@@ -36,7 +37,7 @@ def proxy(upstream_mock: respx.Router) -> Iterator[str]:
         settings = Settings(
             upstream_base_url=UPSTREAM,
             upstream_api_key="sk-upstream-secret",
-            database_url=f"sqlite+aiosqlite:///{data}/memproxy.db",
+            database_url=databases.url_in(data),
             manager_enabled=False,
             upstream_check_at_start=False,
         )

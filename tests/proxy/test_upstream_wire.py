@@ -24,6 +24,7 @@ import pytest
 
 from app.config import Settings
 from app.main import create_app
+from tests import databases
 from tests.fakes import FakeEmbedder
 from tests.helpers import assert_openai_error, chat_body, free_port, sse
 from tests.servers import serve
@@ -89,7 +90,7 @@ def _proxy(base_url: str, **settings: Any) -> Iterator[str]:
         app = create_app(
             Settings(
                 upstream_base_url=base_url,
-                database_url=f"sqlite+aiosqlite:///{data}/memproxy.db",
+                database_url=databases.url_in(data),
                 manager_enabled=False,
                 upstream_check_at_start=False,
                 **settings,

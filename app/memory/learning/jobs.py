@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.learning.extraction import MAX_JOB_TURNS, Exchange, for_manager
@@ -91,6 +91,20 @@ def _owned(exchange: Exchange, taken: set[str]) -> list[ModelMessage]:
         if keep:
             out.append(_for_manager(message))
     return out
+
+
+def _locked(condition: Any, status: JobStatus, *more: Any) -> Select[ManagerJob]:
+    """The jobs matching, in `status`, locked until the transaction ends (``FOR UPDATE``), read
+    afresh: a job is read then rewritten (turns appended, made due, deleted), and two chats of
+    a user, or a chat and a claim, must not do that to one job at once. PostgreSQL waits for the
+    other writer and reads the row as it left it (a job claimed meanwhile no longer matches);
+    SQLite's writes are one at a time already (``BEGIN IMMEDIATE``) and it ignores the clause."""
+    return (
+        select(ManagerJob)
+        .where(condition, ManagerJob.status == status.value, *more)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
 
 
 def _too_many(pending: ManagerJob, job: ManagerJob) -> bool:
@@ -159,11 +173,7 @@ class JobQueue(JobBook):
         absorbing the user's pending routine job, as the module docstring says). Returns how
         many routine jobs were dropped to keep within the limit."""
         async with writing(self._sessions) as session:
-            job = await session.scalar(
-                select(ManagerJob).where(
-                    ManagerJob.id == job_id, ManagerJob.status == JobStatus.AWAITING.value
-                )
-            )
+            job = await session.scalar(_locked(ManagerJob.id == job_id, JobStatus.AWAITING))
             if job is None:
                 return 0  # taken over at a restart, or withdrawn
             if reply and reply.strip():
@@ -175,11 +185,7 @@ class JobQueue(JobBook):
         """The exchange failed or the client left: the awaiting job goes, and its turns are
         free again for the conversation's next exchange."""
         async with writing(self._sessions) as session:
-            job = await session.scalar(
-                select(ManagerJob).where(
-                    ManagerJob.id == job_id, ManagerJob.status == JobStatus.AWAITING.value
-                )
-            )
+            job = await session.scalar(_locked(ManagerJob.id == job_id, JobStatus.AWAITING))
             if job is None:
                 return
             await session.execute(
@@ -196,9 +202,9 @@ class JobQueue(JobBook):
         the turns are in now."""
         stamp = now()
         pending = await session.scalar(
-            select(ManagerJob).where(
+            _locked(
                 ManagerJob.user_id == job.user_id,
-                ManagerJob.status == JobStatus.QUEUED.value,
+                JobStatus.QUEUED,
                 ManagerJob.explicit.is_(False),
                 ManagerJob.key != job.key,
             ).order_by(ManagerJob.key.desc()).limit(1)
@@ -263,8 +269,12 @@ class JobQueue(JobBook):
                 .where(ManagerJob.status == JobStatus.QUEUED.value)
                 .group_by(ManagerJob.user_id)
             )
+            # A job another transaction holds (a chat appending to it) is passed over this time.
             candidates = await session.scalars(
-                select(ManagerJob).where(ManagerJob.key.in_(firsts)).order_by(ManagerJob.key)
+                select(ManagerJob)
+                .where(ManagerJob.key.in_(firsts))
+                .order_by(ManagerJob.key)
+                .with_for_update(skip_locked=True)
             )
             claimed: list[Job] = []
             for job in candidates:

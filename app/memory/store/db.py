@@ -20,8 +20,9 @@ import tempfile
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alembic import command
 from alembic.config import Config
@@ -40,6 +41,9 @@ from sqlalchemy.ext.asyncio import (
 )
 
 import migrations
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 MIGRATIONS = Path(migrations.__file__).resolve().parent
 WRITE_PATIENCE_SECONDS = 60.0
@@ -109,15 +113,36 @@ def _make_folder(path: Path) -> None:
         raise DatabaseUnavailable(path, reason) from exc
 
 
-def create_engine(url: str, *, busy_timeout_seconds: float = 5.0) -> AsyncEngine:
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """How a PostgreSQL engine pools its connections (the ``MEMPROXY_DATABASE_*`` settings)."""
+
+    size: int = 5
+    max_overflow: int = 5
+    pre_ping: bool = True
+    pgbouncer: bool = False
+
+
+def create_engine(
+    url: str, *, busy_timeout_seconds: float = 5.0, pool: Pool | None = None
+) -> AsyncEngine:
     """An async engine; for SQLite files, the folder is created and WAL set on every connection.
-    A folder that cannot be created raises :class:`DatabaseUnavailable`."""
+    A folder that cannot be created raises :class:`DatabaseUnavailable`. Other databases get
+    `pool`'s sizes and pre-ping, and behind PgBouncer no statement cache."""
     parsed = make_url(url)
     is_sqlite = parsed.get_backend_name() == "sqlite"
     path = sqlite_file(url)
     if path is not None:
         _make_folder(path)
-    engine = create_async_engine(url)
+    options: dict[str, Any] = {}
+    if not is_sqlite:
+        pool = pool or Pool()
+        options = {"pool_size": pool.size, "max_overflow": pool.max_overflow,
+                   "pool_pre_ping": pool.pre_ping}  # fmt: skip
+        if pool.pgbouncer and parsed.get_driver_name() == "asyncpg":
+            options["connect_args"] = {"statement_cache_size": 0,
+                                       "prepared_statement_cache_size": 0}  # fmt: skip
+    engine = create_async_engine(url, **options)
     if is_sqlite:
         timeout_ms = int(busy_timeout_seconds * 1000)
 
@@ -131,6 +156,21 @@ def create_engine(url: str, *, busy_timeout_seconds: float = 5.0) -> AsyncEngine
             cursor.close()
 
     return engine
+
+
+def engine_for(settings: Settings, url: str | None = None) -> AsyncEngine:
+    """The engine the settings describe (`url` in place of ``MEMPROXY_DATABASE_URL``)."""
+    pool = Pool(
+        settings.database_pool_size,
+        settings.database_max_overflow,
+        settings.database_pool_pre_ping,
+        settings.database_pgbouncer,
+    )
+    return create_engine(
+        url or settings.database_url,
+        busy_timeout_seconds=settings.sqlite_busy_timeout_seconds,
+        pool=pool,
+    )
 
 
 @asynccontextmanager
@@ -212,8 +252,15 @@ def alembic_config(url: str | None = None) -> Config:
     return config
 
 
+MIGRATION_LOCK = 0x6D656D70726F7879 & 0x7FFFFFFFFFFFFFFF
+"""PostgreSQL's advisory lock key that :func:`upgrade` holds ("memproxy" in ASCII)."""
+
+
 async def upgrade(engine: AsyncEngine) -> None:
-    """Bring the schema to the newest migration (no-op when it is there)."""
+    """Bring the schema to the newest migration (no-op when it is there). On PostgreSQL under an
+    advisory lock held to the end of its transaction: replicas starting together on a new
+    database migrate one after the other, the later ones finding it done (without it, one died
+    on a unique violation of ``alembic_version``). SQLite's write lock does the same there."""
 
     def run(connection: Connection) -> None:
         config = alembic_config()
@@ -221,6 +268,10 @@ async def upgrade(engine: AsyncEngine) -> None:
         command.upgrade(config, "head")
 
     async with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            await connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK}
+            )
         await connection.run_sync(run)
 
 

@@ -286,6 +286,7 @@ async def test_slow_recall_times_out_and_the_chat_goes_on(
     assert failures(client, "timeout") == 1
 
 
+@pytest.mark.sqlite_only  # reads or breaks the SQLite file directly
 async def test_database_failure_degrades_to_a_chat_without_memories(
     make_client: AppClientFactory, route: respx.Route, tmp_path: Path
 ) -> None:

@@ -28,6 +28,7 @@ from app.memory.store.db import create_engine, upgrade
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
 from app.memory.store.tables import ManagerJob, Memory, ProcessedTurn
+from tests import databases
 from tests.conftest import AppClientFactory
 from tests.helpers import completion_json, free_port, sse_response
 from tests.helpers import sse as sse_body
@@ -56,7 +57,7 @@ def start_server(data: Path, upstream_url: str) -> tuple[subprocess.Popen[bytes]
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("MEMPROXY_")},
         "PYTHONPATH": str(ROOT),
-        "MEMPROXY_DATABASE_URL": f"sqlite+aiosqlite:///{data}/memproxy.db",
+        "MEMPROXY_DATABASE_URL": databases.url_in(data),
         "MEMPROXY_UPSTREAM_BASE_URL": upstream_url,
         "MEMPROXY_UPSTREAM_CHECK_AT_START": "false",
         "MEMPROXY_MANAGER_BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
@@ -101,6 +102,7 @@ def queued_turns(database: Path) -> list[str]:
     return [text_of(t) for p in payloads for t in load(p["new"]) if role_of(t) == "user"]
 
 
+@pytest.mark.sqlite_only  # holds SQLite's write lock from another connection
 def test_a_completed_chat_survives_a_kill_at_once(tmp_path: Path) -> None:
     """Chats (streamed and not) whose answers were read to the end, then kill -9 at once: each
     one's turn is in a job. The database's write lock is held by another connection while the
@@ -163,7 +165,7 @@ async def test_two_processes_hammering_one_file_never_see_database_is_locked(
 ) -> None:
     """Two engines (as two processes would have) write at once, each with several writers in
     flight, with a busy timeout far shorter than the writes queue for: every write lands."""
-    url = f"sqlite+aiosqlite:///{tmp_path}/shared.db"
+    url = databases.url_in(tmp_path, "shared.db")
     engines = [create_engine(url, busy_timeout_seconds=0.02) for _ in range(2)]
     await upgrade(engines[0])
     stores = [MemoryStore(engine) for engine in engines]
@@ -208,7 +210,7 @@ async def test_two_processes_hammering_one_file_never_see_database_is_locked(
 
 
 async def test_recall_marks_of_concurrent_chats_are_written_together(tmp_path: Path) -> None:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/marks.db")
+    engine = create_engine(databases.url_in(tmp_path, "marks.db"))
     await upgrade(engine)
     store = MemoryStore(engine)
     ann = [r.key for r in (await store.add("ann", [NewMemory(content="a")])).records]

@@ -16,6 +16,7 @@ from app.memory.service import MemoryService
 from app.memory.store.db import create_engine, upgrade
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
+from tests import databases
 from tests.fakes import FakeEmbedder
 
 WORDS = ("violin garden roses nurse oslo ramen hiking beagle chess cello lyon paris piano "
@@ -69,7 +70,7 @@ async def test_rebuilt_from_sqlite_the_index_ranks_the_same(engine: AsyncEngine)
 
 async def test_another_processs_writes_reach_this_processs_index(tmp_path: Path) -> None:
     """Two app processes on one database file: A writes, B's warm cache catches up."""
-    url = f"sqlite+aiosqlite:///{tmp_path}/shared.db"
+    url = databases.url_in(tmp_path, "shared.db")
     engine_a, engine_b = create_engine(url), create_engine(url)
     await upgrade(engine_a)
     a, b = service(engine_a), service(engine_b)
@@ -114,7 +115,7 @@ async def test_catch_up_reads_only_what_changed(engine: AsyncEngine) -> None:
 
 
 async def test_memories_and_their_ranking_survive_a_restart(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path}/keep.db"
+    url = databases.url_in(tmp_path, "keep.db")
     engine = create_engine(url)
     await upgrade(engine)
     memory = service(engine)

@@ -18,6 +18,7 @@ from app.memory.store.db import create_engine, schema_is_current, upgrade
 from app.memory.store.memories import IdTaken, MemoryStore
 from app.memory.store.records import NewMemory
 from app.memory.store.tables import Base, MemorySource, MemoryType
+from tests import databases
 
 
 def url_for(path: Path) -> str:
@@ -38,6 +39,34 @@ async def test_migrations_match_the_models_and_are_idempotent(engine: AsyncEngin
 
     async with engine.connect() as connection:
         assert await connection.run_sync(diff) == []
+
+
+@pytest.mark.skipif(
+    not databases.on_postgresql(), reason="PostgreSQL only (MEMPROXY_TEST_DATABASE_URL)"
+)
+def test_replicas_starting_together_migrate_a_new_database_once() -> None:
+    """Replicas all start at once on a new database: each migrates under the advisory lock, the
+    later ones find the work done (without it: a unique violation on alembic_version)."""
+
+    async def start_together(url: str) -> tuple[list[bool], int]:
+        engines = [create_engine(url) for _ in range(4)]
+        try:
+            await asyncio.gather(*(upgrade(engine) for engine in engines))
+            current = [await schema_is_current(engine) for engine in engines]
+            async with engines[0].connect() as connection:
+                rows = await connection.scalar(text("SELECT count(*) FROM alembic_version"))
+            return current, int(rows or 0)
+        finally:
+            for engine in engines:
+                await engine.dispose()
+
+    with databases.empty() as url:  # (asyncio.run: the database is made outside any loop)
+        assert asyncio.run(start_together(url)) == ([True] * 4, 1)
+
+
+@pytest.mark.sqlite_only  # reads SQLite's own settings
+async def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(engine: AsyncEngine) -> None:
+    async with engine.connect() as connection:
         assert (await connection.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
         assert (await connection.execute(text("PRAGMA busy_timeout"))).scalar() == 5000
 
