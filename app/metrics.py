@@ -23,6 +23,12 @@ class Metrics:
             "Manager jobs applied (their decisions committed, possibly none).",
             registry=self.registry,
         )
+        self.jobs_skipped = Counter(
+            "memproxy_manager_jobs_skipped",
+            "Manager jobs found gone when their decisions were to be applied (another process "
+            "applied them first): nothing applied, not counted as applied.",
+            registry=self.registry,
+        )
         self.jobs_failed = Counter(
             "memproxy_manager_jobs_failed",
             "Manager jobs parked as failed after their last attempt.",

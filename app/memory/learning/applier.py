@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("memproxy.manager")
 
 
+class JobGone(Exception):
+    """The job was no longer in the queue when its decisions were to be applied (another process
+    applied it first): nothing was applied."""
+
+
 @dataclass(frozen=True, slots=True)
 class Applied:
     operation: Operation
@@ -81,8 +86,8 @@ class Applier:
     ) -> list[Applied]:
         """Apply a job's operations (`aliases`: the numbers shown -> memory ids). With `queue`,
         the job is deleted from it in the same transaction, and nothing is applied when it is
-        already gone (applied by another process): exactly once. With `grounds`, what is not
-        the user's words is refused (the module docstring)."""
+        already gone (applied by another process: :class:`JobGone`): exactly once. With
+        `grounds`, what is not the user's words is refused (the module docstring)."""
         outcomes: list[Applied] = []
         planned: list[_Planned] = []
         for operation in operations:
@@ -142,8 +147,7 @@ class Applier:
         outcomes: list[Applied] = []
         async with self._service.store.writing(user_id, MemorySource.MANAGER, job_id=job_id) as w:
             if queue is not None and not await queue.consume(w, job_id):
-                logger.info("job %s was applied already; skipped", job_id)
-                return []
+                raise JobGone(job_id)
             rows = await w.rows([p.memory_id for p in planned if p.memory_id])
             stamp = now()
             dim = self._service.embedder.dim

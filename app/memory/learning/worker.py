@@ -20,7 +20,7 @@ from contextlib import suppress
 from pydantic_ai.messages import ModelRequest
 
 from app.config import Settings
-from app.memory.learning.applier import Applier
+from app.memory.learning.applier import Applier, JobGone
 from app.memory.learning.decisions import Operation
 from app.memory.learning.extraction import CONTEXT_TURNS
 from app.memory.learning.grounding import Grounds, with_requests
@@ -108,9 +108,15 @@ class Worker:
     async def _run(self, job: Job) -> None:
         try:
             operations, aliases, grounds = await self._decide(job)
-            outcomes = await self._applier.apply(
-                job.user_id, operations, aliases, job_id=job.id, queue=self._queue, grounds=grounds
-            )
+            try:
+                outcomes = await self._applier.apply(
+                    job.user_id, operations, aliases, job_id=job.id, queue=self._queue,
+                    grounds=grounds,
+                )  # fmt: skip
+            except JobGone:
+                self._metrics.jobs_skipped.inc()
+                logger.info("job %s was applied by another process first; skipped", job.id)
+                return
             self._metrics.jobs_applied.inc()
             for outcome in outcomes:
                 self._metrics.memory_operations.labels(outcome.result).inc()

@@ -12,8 +12,11 @@ import pytest
 import respx
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo
+from sqlalchemy import delete
 
 from app.memory.learning.jobs import JobQueue
+from app.memory.store.db import writing
+from app.memory.store.tables import ManagerJob
 from tests.conftest import AppClientFactory
 from tests.fakes import decided
 from tests.helpers import completion_json, sse, sse_response
@@ -267,3 +270,30 @@ async def test_every_job_survives_a_crash_and_applies_once(
         await until(lambda user=user, text=text: equals(memories(second, user), [text]))  # type: ignore[misc]
     await until(lambda: no_jobs(second))
     assert sorted(line for call in manager.seen for line in call) == sorted(users.values())
+
+
+async def test_a_job_another_process_applied_meanwhile_is_skipped_not_counted(
+    make_client: AppClientFactory, upstream: respx.Router
+) -> None:
+    """Between the claim and the commit, another process applied the job (and deleted it):
+    this run applies nothing, and counts the job as skipped, not as applied."""
+    asked: list[int] = []
+
+    async def manager(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        async with writing(services(client).store.sessions) as session:  # the other process
+            await session.execute(delete(ManagerJob))
+        asked.append(1)
+        return decided(info, {"operations": [{"op": "NEW", "content": "Keeps bees"}]})
+
+    upstream.post("/chat/completions").respond(json=completion_json("Noted."))
+    client = await manager_client(make_client, manager)
+    chat = {"model": "m", "messages": [{"role": "user", "content": "Remember that I keep bees"}]}
+    await client.post("/v1/chat/completions", json=chat, headers=ANN)
+
+    async def skipped() -> bool:
+        return "memproxy_manager_jobs_skipped_total 1.0" in (await client.get("/metrics")).text
+
+    await until(skipped)
+    text = (await client.get("/metrics")).text
+    assert "memproxy_manager_jobs_applied_total 0.0" in text and asked == [1]
+    assert await memories(client) == []

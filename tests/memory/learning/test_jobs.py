@@ -13,7 +13,7 @@ from pydantic_ai.models.function import AgentInfo
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.memory.learning.applier import Applier
+from app.memory.learning.applier import Applier, JobGone
 from app.memory.learning.decisions import Op, Operation
 from app.memory.learning.extraction import MAX_JOB_TURNS, exchange
 from app.memory.learning.jobs import JobQueue
@@ -182,10 +182,11 @@ async def test_a_job_already_applied_is_not_applied_again(make_client: AppClient
     client = await make_client()
     service: MemoryService = services(client).memory
     queue = JobQueue(service.store.sessions)
-    outcomes = await Applier(service).apply(
-        "ann", [Operation(op=Op.NEW, content="Lives in Oslo")], {}, job_id="gone", queue=queue
-    )
-    assert outcomes == [] and await memories(client) == []
+    with pytest.raises(JobGone):
+        await Applier(service).apply(
+            "ann", [Operation(op=Op.NEW, content="Lives in Oslo")], {}, job_id="gone", queue=queue
+        )
+    assert await memories(client) == []
 
 
 async def test_a_crash_mid_job_loses_nothing_and_applies_once(
