@@ -9,7 +9,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from sqlalchemy.engine import make_url
 
@@ -45,15 +45,23 @@ def _url(name: str) -> str:
 
 
 @contextmanager
-def template() -> Iterator[str]:
-    """A database at the newest schema to copy from, for the whole run."""
-    name = f"memproxy_template_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+def _scratch(kind: str, template_name: str | None = None) -> Iterator[str]:
+    """A new database (a copy of `template_name`, or empty), dropped after: its URL."""
+    name = f"memproxy_{kind}_{uuid.uuid4().hex[:12]}"
+    copy = f' TEMPLATE "{template_name}"' if template_name else ""
+    asyncio.run(_admin(f'CREATE DATABASE "{name}"{copy}'))
     try:
-        asyncio.run(_migrate(_url(name)))
-        yield name
+        yield _url(name)
     finally:
         asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@contextmanager
+def template() -> Iterator[str]:
+    """A database at the newest schema to copy from, for the whole run: its name."""
+    with _scratch("template") as url:
+        asyncio.run(_migrate(url))
+        yield str(make_url(url).database)
 
 
 async def _migrate(url: str) -> None:
@@ -64,26 +72,14 @@ async def _migrate(url: str) -> None:
         await engine.dispose()
 
 
-@contextmanager
-def database(template_name: str) -> Iterator[str]:
-    """A database of the test's own, migrated; its URL."""
-    name = f"memproxy_test_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}" TEMPLATE "{template_name}"'))
-    try:
-        yield _url(name)
-    finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+def database(template_name: str) -> AbstractContextManager[str]:
+    """A database of the test's own, migrated: its URL."""
+    return _scratch("test", template_name)
 
 
-@contextmanager
-def empty() -> Iterator[str]:
-    """A database with no schema at all; its URL."""
-    name = f"memproxy_empty_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
-    try:
-        yield _url(name)
-    finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+def empty() -> AbstractContextManager[str]:
+    """A database with no schema at all: its URL."""
+    return _scratch("empty")
 
 
 def url_in(folder: object, name: str = "memproxy.db") -> str:
