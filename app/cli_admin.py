@@ -20,7 +20,7 @@ async def _users(c: Command) -> int:
         raise ValueError("--limit must be between 1 and 1000")
     if args.offset < 0:
         raise ValueError("--offset must not be negative")
-    found, total = await c.memory.store.user_summaries(limit=args.limit, offset=args.offset)
+    found, total = await c.memory.users(limit=args.limit, offset=args.offset)
     if c.json:
         write_lines(found)
         return 0

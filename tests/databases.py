@@ -10,6 +10,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 from sqlalchemy.engine import make_url
 
@@ -23,15 +24,20 @@ def on_postgresql() -> bool:
     return SERVER_URL is not None
 
 
-async def _admin(*statements: str) -> None:
+async def _connect(url: str, patience: float = 60) -> Any:
+    """A plain asyncpg connection to the database `url` names (no engine, no pool)."""
     import asyncpg  # the `postgres` extra
 
-    assert SERVER_URL is not None
-    url = make_url(SERVER_URL)
-    connection = await asyncpg.connect(
-        host=url.host, port=url.port or 5432, user=url.username, password=url.password,
-        database=url.database,
+    parsed = make_url(url)
+    return await asyncpg.connect(
+        host=parsed.host, port=parsed.port or 5432, user=parsed.username,
+        password=parsed.password, database=parsed.database, timeout=patience,
     )  # fmt: skip
+
+
+async def _admin(*statements: str) -> None:
+    assert SERVER_URL is not None
+    connection = await _connect(SERVER_URL)
     try:
         for statement in statements:
             await connection.execute(statement)
@@ -96,14 +102,8 @@ def _reachable(url: str) -> bool:
     """Whether PostgreSQL answers at `url` within 3 s (`make test` asks before its second pass)."""
     import asyncpg
 
-    parsed = make_url(url)
-
     async def connect() -> None:
-        connection = await asyncpg.connect(
-            host=parsed.host, port=parsed.port or 5432, user=parsed.username,
-            password=parsed.password, database=parsed.database, timeout=3,
-        )  # fmt: skip
-        await connection.close()
+        await (await _connect(url, patience=3)).close()
 
     try:
         asyncio.run(connect())

@@ -118,14 +118,13 @@ async def search_memories(body: MemorySearch, caller: MemoryCallerDep) -> Search
 
 
 @router.get("/stats", responses=_ERRORS)
-async def memory_stats(request: Request, caller: MemoryCallerDep) -> dict[str, Any]:
+async def memory_stats(caller: MemoryCallerDep) -> dict[str, Any]:
     """Counts of the user's memories, and of their Manager jobs: awaiting (the chat's answer
     still on its way), queued, running, `pending` (all three: not yet learned from), failed
     (with the reasons, and the Manager's answer when it was unusable)."""
     stats = await caller.memory.stats(caller.user_id)
-    queue = request.app.state.services.jobs
-    failed = await queue.failed(caller.user_id)
-    counts = await queue.progress(caller.user_id)
+    failed = await caller.jobs.failed(caller.user_id)
+    counts = await caller.jobs.progress(caller.user_id)
     stats["jobs"] = counts | {
         "failures": [{"job_id": p.job_id, "reason": p.reason, "answer": p.answer} for p in failed],
     }

@@ -158,8 +158,8 @@ def create_engine(
     return engine
 
 
-def engine_for(settings: Settings, url: str | None = None) -> AsyncEngine:
-    """The engine the settings describe (`url` in place of ``MEMPROXY_DATABASE_URL``)."""
+def engine_for(settings: Settings) -> AsyncEngine:
+    """The engine the settings describe."""
     pool = Pool(
         settings.database_pool_size,
         settings.database_max_overflow,
@@ -167,7 +167,7 @@ def engine_for(settings: Settings, url: str | None = None) -> AsyncEngine:
         settings.database_pgbouncer,
     )
     return create_engine(
-        url or settings.database_url,
+        settings.database_url,
         busy_timeout_seconds=settings.sqlite_busy_timeout_seconds,
         pool=pool,
     )

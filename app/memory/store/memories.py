@@ -20,7 +20,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Unpack
+from typing import Unpack
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -206,8 +206,7 @@ class MemoryStore(MemoryQueries):
             )
             moved_jobs = int(jobs.rowcount or 0)  # type: ignore[attr-defined]
             if keys or moved_jobs:
-                for table in (MemoryEvent, ManagerState, ProcessedTurn):
-                    await _give(session, table, from_user, to_user)
+                await _give_the_rest(session, from_user, to_user)
             await source.finish()
             await target.finish()
         assert source.version is not None and target.version is not None
@@ -256,21 +255,23 @@ class MemoryStore(MemoryQueries):
             return {row.key: record_of_row(row) for row in rows if row.user_id == user_id}
 
 
-async def _give(session: AsyncSession, table: Any, from_user: str, to_user: str) -> None:
-    """`from_user`'s rows of `table` become `to_user`'s. Where the user is part of the primary
-    key (processed turns by fingerprint, the Manager's per-user state), the rows `to_user`
-    already has win."""
-    mine = table.user_id == from_user
-    if table is ProcessedTurn:
-        known = select(ProcessedTurn.fingerprint).where(ProcessedTurn.user_id == to_user)
-        await session.execute(
-            delete(ProcessedTurn).where(mine, ProcessedTurn.fingerprint.in_(known))
+async def _give_the_rest(session: AsyncSession, from_user: str, to_user: str) -> None:
+    """What else a move gives `to_user`: `from_user`'s history, the fingerprints of the turns
+    already learned from, and the Manager's state (where `to_user` has one already, or the same
+    fingerprint, theirs stays: the user is part of those primary keys)."""
+    known = select(ProcessedTurn.fingerprint).where(ProcessedTurn.user_id == to_user)
+    await session.execute(
+        delete(ProcessedTurn).where(
+            ProcessedTurn.user_id == from_user, ProcessedTurn.fingerprint.in_(known)
         )
-    elif table is ManagerState:
-        has = select(ManagerState.user_id).where(ManagerState.user_id == to_user)
-        if await session.scalar(has) is not None:
-            await session.execute(delete(ManagerState).where(mine))
-    await session.execute(update(table).where(mine).values(user_id=to_user))
+    )
+    has_state = select(ManagerState.user_id).where(ManagerState.user_id == to_user)
+    if await session.scalar(has_state) is not None:
+        await session.execute(delete(ManagerState).where(ManagerState.user_id == from_user))
+    for table in (MemoryEvent, ProcessedTurn, ManagerState):
+        await session.execute(
+            update(table).where(table.user_id == from_user).values(user_id=to_user)
+        )
 
 
 async def _found(
