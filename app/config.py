@@ -175,6 +175,10 @@ class Settings(BaseSettings):
     manager_job_max_tokens: int = Field(default=4096, ge=16)
     """Most output tokens one job's calls may use together; beyond, its answer counts as unusable
     and the job is parked with it."""
+    manager_lease_seconds: float = Field(default=30.0, gt=0)
+    """How long a process holds a job it runs (or whose chat answer it awaits) without renewing
+    it; it renews every third of this while it lives. A process killed mid-job: another one takes
+    the job up this long after, and runs it once."""
     role_aware: bool = True
     """Show the Manager both sides of the conversation, marked (only the user's words count);
     false: the user's messages only."""

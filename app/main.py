@@ -95,7 +95,11 @@ def create_app(
             dense_weight=settings.dense_weight,
             cache_max_memories=settings.index_cache_max_memories,
         )
-        queue = JobQueue(store.sessions, limit=settings.manager_queue_limit)
+        queue = JobQueue(
+            store.sessions,
+            limit=settings.manager_queue_limit,
+            lease_seconds=settings.manager_lease_seconds,
+        )
         manager_http = build_http_client(settings)
         worker = None
         if settings.manager_enabled:

@@ -29,6 +29,12 @@ class Metrics:
             "applied them first): nothing applied, not counted as applied.",
             registry=self.registry,
         )
+        self.leases_expired = Counter(
+            "memproxy_manager_leases_expired",
+            "Manager jobs whose owner stopped renewing its lease (a process killed while running "
+            "the job or awaiting its chat's answer), queued again for any process to run.",
+            registry=self.registry,
+        )
         self.jobs_failed = Counter(
             "memproxy_manager_jobs_failed",
             "Manager jobs parked as failed after their last attempt.",

@@ -218,7 +218,8 @@ def interpolated(value: str) -> str:
 
 
 def test_the_stack_is_memproxy_ollama_and_open_webui() -> None:
-    assert set(SERVICES) == {"memproxy", "ollama", "open-webui"}
+    default = {name for name, service in SERVICES.items() if "profiles" not in service}
+    assert default == {"memproxy", "ollama", "open-webui"}
     build = SERVICES["memproxy"]["build"]
     assert (ROOT / build["context"] / build["dockerfile"]).samefile(ROOT / "docker" / "Dockerfile")
     assert SERVICES["ollama"]["image"].startswith("ollama/ollama:")
@@ -258,7 +259,7 @@ def test_memproxy_forwards_to_the_ollama_service_and_keeps_its_models() -> None:
 def test_open_webui_talks_to_memproxy_only_and_names_its_users() -> None:
     service = SERVICES["open-webui"]
     env = service["environment"]
-    assert env["OPENAI_API_BASE_URL"] == f"http://memproxy:{memproxy_port()}/v1"
+    assert interpolated(env["OPENAI_API_BASE_URL"]) == f"http://memproxy:{memproxy_port()}/v1"
     assert env["ENABLE_OLLAMA_API"] == "false"  # chats cannot bypass memproxy
     assert env["ENABLE_FORWARD_USER_INFO_HEADERS"] == "true"
     # What Open WebUI then sends is the header memproxy reads first.
@@ -277,7 +278,8 @@ def test_every_named_volume_is_declared_and_every_variable_documented() -> None:
         for mount in service.get("volumes", [])
         if not mount.startswith((".", "/"))
     }
-    assert used == set(COMPOSE["volumes"]) == {"memproxy-data", "ollama", "open-webui"}
+    assert used == set(COMPOSE["volumes"]) == {"memproxy-data", "ollama", "open-webui",
+                                                "postgres-data"}  # fmt: skip
     text = (ROOT / "docker-compose.yml").read_text()
     variables = set(re.findall(r"\$\{(\w+)", text))
     assert variables >= {"STACK_UPSTREAM_BASE_URL", "STACK_OPEN_WEBUI_KEY"}
@@ -294,6 +296,65 @@ def test_every_compose_variable_has_a_readme_row_with_the_files_default() -> Non
         shown = "*(empty)*" if default == "" else f"`{default}`"
         assert rows[name].strip() == shown, (name, rows[name])
         assert f"# {name}={default}\n" in ENV_EXAMPLE, name
+
+
+# --- the postgres profile: replicas on one PostgreSQL behind a balancer ------------------------
+
+
+def scaled_env() -> dict[str, str]:
+    """The settings .env.example gives for the scaled stack."""
+    block = ENV_EXAMPLE.split("# Scaled out", 1)[1].split("# The profile's", 1)[0]
+    return dict(re.findall(r"^#   (STACK_\w+)=(\S+)$", block, re.M))
+
+
+def test_the_postgres_profile_adds_postgresql_and_a_balancer_and_nothing_by_default() -> None:
+    profiled = {name for name, service in SERVICES.items() if "profiles" in service}
+    assert profiled == {"postgres", "memproxy-lb"}
+    assert all(SERVICES[name]["profiles"] == ["postgres"] for name in profiled)
+    postgres = SERVICES["postgres"]
+    assert postgres["image"].startswith("postgres:")  # the official image
+    assert "postgres-data:/var/lib/postgresql/data" in postgres["volumes"]
+    assert "pg_isready" in postgres["healthcheck"]["test"][1]
+    assert "ports" not in postgres  # reached inside the stack only
+    # memproxy waits for it when it is there, and only then.
+    waits = SERVICES["memproxy"]["depends_on"]["postgres"]
+    assert waits == {"condition": "service_healthy", "required": False}
+
+
+def test_the_scaled_settings_point_every_replica_at_the_profiles_postgresql() -> None:
+    env = scaled_env()
+    assert set(env) == {"STACK_DATABASE_URL", "STACK_MEMPROXY_PUBLISH",
+                        "STACK_OPEN_WEBUI_MEMPROXY_URL"}  # fmt: skip
+    database = urlsplit(env["STACK_DATABASE_URL"])
+    postgres = SERVICES["postgres"]["environment"]
+    assert database.scheme == "postgresql+asyncpg" and database.hostname == "postgres"
+    assert database.username == postgres["POSTGRES_USER"] == database.path.strip("/") == postgres[
+        "POSTGRES_DB"]  # fmt: skip
+    assert database.password == interpolated(postgres["POSTGRES_PASSWORD"])
+    Settings(database_url=env["STACK_DATABASE_URL"])  # a URL memproxy takes
+    # A host port for each replica (one port cannot be published by several containers).
+    low, high = env["STACK_MEMPROXY_PUBLISH"].rsplit(":", 1)[1].split("-")
+    assert int(high) - int(low) >= 2
+    balancer = urlsplit(env["STACK_OPEN_WEBUI_MEMPROXY_URL"])
+    assert balancer.hostname == "memproxy-lb" and balancer.port == 8000
+    assert interpolated(SERVICES["memproxy-lb"]["ports"][0]).endswith(":8000")
+
+
+def test_the_balancer_sends_each_user_to_one_replica_of_memproxy() -> None:
+    service = SERVICES["memproxy-lb"]
+    (mount,) = service["volumes"]
+    source, target, _ = mount.split(":")
+    assert target == "/etc/nginx/nginx.conf" and (ROOT / source).samefile(
+        ROOT / "docker" / "nginx.conf"
+    )
+    conf = (ROOT / "docker" / "nginx.conf").read_text()
+    assert f"server memproxy:{memproxy_port()} resolve;" in conf  # every replica, as they change
+    assert "hash $memproxy_user consistent;" in conf
+    assert "default $http_x_openwebui_user_id;" in conf  # Open WebUI's user header first
+    assert Settings().user_id_headers[0] == "X-OpenWebUI-User-Id"
+    assert "proxy_buffering off;" in conf  # streamed answers pass through as they come
+    assert "listen 8000;" in conf and "resolver 127.0.0.11" in conf  # Docker's DNS
+    assert service["depends_on"]["memproxy"]["condition"] == "service_healthy"
 
 
 # --- the commands the image runs -----------------------------------------------------------------

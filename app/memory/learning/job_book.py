@@ -1,14 +1,15 @@
-"""The Manager queue's book-keeping: what became of jobs, for the worker, stats and the CLI.
+"""The Manager queue's book-keeping: what became of jobs, for stats, the memory page and the CLI.
 
-:class:`~app.memory.learning.jobs.JobQueue` is a :class:`JobBook`: this half changes a job's
-status after a run (retry later, park as failed), requeues at start and on request, and reads
-counts; the queue itself (:mod:`app.memory.learning.jobs`) decides which turns become which job.
+:class:`~app.memory.learning.jobs.JobQueue` is a :class:`JobBook`: this part reads counts and
+lists and queues failed jobs again on request; :mod:`app.memory.learning.leases` runs jobs
+(claims, leases, hand-backs), and the queue itself (:mod:`app.memory.learning.jobs`) decides
+which turns become which job.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from datetime import datetime
+from typing import NamedTuple
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -47,26 +48,6 @@ class JobSummary(NamedTuple):
 class JobBook:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
-
-    async def retry_later(self, job_id: str, error: str, delay_seconds: float) -> None:
-        await self._set(job_id, status=JobStatus.QUEUED.value, error=error,
-                        next_attempt_at=now() + timedelta(seconds=delay_seconds))  # fmt: skip
-
-    async def park(self, job_id: str, error: str, *, answer: str | None = None) -> None:
-        """Failed for good, until `memproxy jobs retry`; `answer`: the Manager's unusable one."""
-        await self._set(job_id, status=JobStatus.FAILED.value, error=error, answer=answer)
-
-    async def requeue_running(self) -> int:
-        """At start: jobs a stopped process was running, or whose answer it was waiting for,
-        are queued (the latter without the answer: the user's words are what counts)."""
-        stopped = [JobStatus.RUNNING.value, JobStatus.AWAITING.value]
-        async with writing(self._sessions) as session:
-            result = await session.execute(
-                update(ManagerJob)
-                .where(ManagerJob.status.in_(stopped))
-                .values(status=JobStatus.QUEUED.value, next_attempt_at=now())
-            )
-            return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
     async def retry_failed(self, user_id: str | None = None, job_id: str | None = None) -> int:
         """Failed jobs (of the user, or the one job) queued again, from their first attempt
@@ -124,9 +105,3 @@ class JobBook:
                 )
                 for j in await session.scalars(query)
             ]  # fmt: skip
-
-    async def _set(self, job_id: str, **values: Any) -> None:
-        async with writing(self._sessions) as session:
-            await session.execute(
-                update(ManagerJob).where(ManagerJob.id == job_id).values(**values)
-            )

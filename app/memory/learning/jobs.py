@@ -6,10 +6,11 @@ Promises:
   transaction: a turn is queued once. The chat hook writes it *awaiting*, before forwarding,
   so it exists before the response completes; :meth:`JobQueue.complete` adds the answer and
   makes it due, :meth:`JobQueue.withdraw` takes it back when the exchange fails;
-- a job is deleted in the transaction that applies it (:meth:`JobQueue.consume`), so it is applied
-  once or not at all, whenever the process dies; jobs a dead process was running are queued again
-  at start (:meth:`JobQueue.requeue_running`);
-- a user's jobs run one at a time, oldest first (:meth:`JobQueue.claim`);
+- a job is deleted in the transaction that applies it, by the process holding it
+  (:meth:`JobQueue.consume`), so it is applied once or not at all, whenever a process dies; a
+  job a dead process held is queued again once its lease runs out (:mod:`.leases`);
+- a user's jobs run one at a time, oldest first, across every process on the database (a
+  unique index allows one running job per user) (:meth:`JobQueue.claim`);
 - routine exchanges within ``MEMPROXY_PROCESSING_INTERVAL`` of the user's last job join that
   user's pending routine job, due at the end of the interval; an explicit request takes a
   pending routine job's turns along and is due at once; either only while the two hold at most
@@ -27,37 +28,16 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
-from sqlalchemy import Select, delete, func, select, update
+from sqlalchemy import Select, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.learning.extraction import MAX_JOB_TURNS, Exchange, for_manager
-from app.memory.learning.job_book import JobBook
-from app.memory.learning.turns import dump, fingerprints_of, load, role_of, text_of, turn
+from app.memory.learning.leases import Leases
+from app.memory.learning.turns import dump, fingerprints_of, role_of, text_of, turn
 from app.memory.store.db import insert_for, writing
 from app.memory.store.records import aware, now
 from app.memory.store.tables import JobStatus, ManagerJob, ManagerState, ProcessedTurn
-from app.memory.store.unit import Writer
 from app.proxy.offload import pieces
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    id: str
-    user_id: str
-    explicit: bool
-    attempts: int
-    payload: dict[str, Any]
-    """As stored: the chat's ``model``, its ``context`` and ``new`` turns (:func:`dump`), and the
-    ``fingerprints`` the job took."""
-
-    @property
-    def model(self) -> str:
-        """The chat request's model (the Manager's, unless one is configured)."""
-        return str(self.payload["model"])
-
-    def turns(self) -> tuple[list[ModelMessage], list[ModelMessage]]:
-        """The turns before the new ones (context only), and the new ones."""
-        return load(self.payload["context"]), load(self.payload["new"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +91,16 @@ def _too_many(pending: ManagerJob, job: ManagerJob) -> bool:
     return len(pending.payload["new"]) + len(job.payload["new"]) > MAX_JOB_TURNS
 
 
-class JobQueue(JobBook):
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], *, limit: int = 1000) -> None:
-        super().__init__(sessions)
+class JobQueue(Leases):
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        limit: int = 1000,
+        owner: str | None = None,
+        lease_seconds: float = 30.0,
+    ) -> None:
+        super().__init__(sessions, owner=owner, lease_seconds=lease_seconds)
         self._limit = limit
 
     async def processed(self, user_id: str, fingerprints: list[str]) -> set[str]:
@@ -160,7 +147,7 @@ class JobQueue(JobBook):
                 payload={"model": model,
                          "context": dump([_for_manager(t) for t in exchange.context]),
                          "new": dump(_owned(exchange, taken)), "fingerprints": sorted(taken)},
-                created_at=stamp,
+                created_at=stamp, owner=self.owner, lease_until=self._lease(),
             )  # fmt: skip
             session.add(job)
             await session.flush()
@@ -233,6 +220,7 @@ class JobQueue(JobBook):
                 due = max(stamp, aware(last) + timedelta(seconds=interval))
         job.status = JobStatus.QUEUED.value
         job.next_attempt_at = due
+        job.owner = job.lease_until = None
         insert = insert_for(session)
         await session.execute(
             insert(ManagerState)
@@ -253,55 +241,3 @@ class JobQueue(JobBook):
         keys = list(await session.scalars(oldest))
         await session.execute(delete(ManagerJob).where(ManagerJob.key.in_(keys)))
         return len(keys)
-
-    async def claim(self, limit: int, *, exclude_users: set[str]) -> list[Job]:
-        """Up to `limit` due jobs, each a user's oldest, of users with no job running (here or
-        in another process) and not in `exclude_users`; marked running."""
-        if limit <= 0:
-            return []
-        stamp = now()
-        async with writing(self._sessions) as session:
-            running = set(await session.scalars(
-                select(ManagerJob.user_id).where(ManagerJob.status == JobStatus.RUNNING.value)
-            ))  # fmt: skip
-            firsts = (
-                select(func.min(ManagerJob.key))
-                .where(ManagerJob.status == JobStatus.QUEUED.value)
-                .group_by(ManagerJob.user_id)
-            )
-            # A job another transaction holds (a chat appending to it) is passed over this time.
-            candidates = await session.scalars(
-                select(ManagerJob)
-                .where(ManagerJob.key.in_(firsts))
-                .order_by(ManagerJob.key)
-                .with_for_update(skip_locked=True)
-            )
-            claimed: list[Job] = []
-            for job in candidates:
-                if len(claimed) >= limit:
-                    break
-                if job.user_id in running or job.user_id in exclude_users:
-                    continue
-                if aware(job.next_attempt_at) > stamp:
-                    continue
-                # The payload as of the claim itself: a merge may have grown it since the read.
-                taken = (
-                    await session.execute(
-                        update(ManagerJob)
-                        .where(
-                            ManagerJob.key == job.key, ManagerJob.status == JobStatus.QUEUED.value
-                        )
-                        .values(status=JobStatus.RUNNING.value, attempts=ManagerJob.attempts + 1)
-                        .returning(ManagerJob.attempts, ManagerJob.payload)
-                    )
-                ).first()
-                if taken is not None:
-                    attempts, payload = taken
-                    claimed.append(Job(job.id, job.user_id, job.explicit, attempts, dict(payload)))
-            return claimed
-
-    async def consume(self, w: Writer, job_id: str) -> bool:
-        """Delete the job inside the unit of work that applies it; False when it was already
-        gone (applied by another process, or dropped): the caller must then apply nothing."""
-        result = await w.execute(delete(ManagerJob).where(ManagerJob.id == job_id))
-        return bool(result.rowcount)  # type: ignore[attr-defined]

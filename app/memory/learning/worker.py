@@ -9,6 +9,11 @@ be reached, or any other failure, sends the job back with exponential backoff
 attempts the job is parked as failed with the reason (``memproxy jobs retry`` queues it again); a
 Manager that could not be asked is named in it by URL and model. A job whose answer could not be
 used is parked at once, with that answer: its turns are never dropped.
+
+While it lives the worker renews the leases of the jobs its process holds (every third of
+``MEMPROXY_MANAGER_LEASE_SECONDS``) and queues again the jobs of processes that stopped renewing
+theirs (:mod:`app.memory.learning.leases`); it starts by doing both, and hands its own jobs
+back when it stops. Nothing is re-queued merely because a process started.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from app.memory.learning.applier import Applier, JobGone
 from app.memory.learning.decisions import Operation
 from app.memory.learning.extraction import CONTEXT_TURNS
 from app.memory.learning.grounding import Grounds, with_requests
-from app.memory.learning.jobs import Job, JobQueue
+from app.memory.learning.jobs import JobQueue
+from app.memory.learning.leases import Job
 from app.memory.learning.manager import Manager, ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.prompt import Shown
 from app.memory.learning.turns import text_of
@@ -60,24 +66,53 @@ class Worker:
         self._wakeup = asyncio.Event()
         self._running: dict[asyncio.Task[None], str] = {}
         self._loop_task: asyncio.Task[None] | None = None
+        self._upkeep_task: asyncio.Task[None] | None = None
         self._stopping = False
 
     async def start(self) -> None:
-        requeued = await self._queue.requeue_running()
-        if requeued:
-            logger.info("%d manager job(s) of a stopped process queued again", requeued)
-        self._loop_task = asyncio.get_running_loop().create_task(self._loop(), name="manager")
+        loop = asyncio.get_running_loop()
+        await self._upkeep()
+        self._upkeep_task = loop.create_task(self._keep_leases(), name="manager-leases")
+        self._loop_task = loop.create_task(self._loop(), name="manager")
 
     def wake(self) -> None:
         self._wakeup.set()
 
     async def stop(self) -> None:
-        """Stop now; a job cut off here was not committed and runs again at the next start."""
+        """Stop now; the jobs cut off here were not committed: they are handed back, for this
+        or another process to run (or, if the database cannot be reached, taken up by one once
+        their leases run out)."""
         self._stopping = True  # the loop claims nothing more, even if a cancel went astray
-        if self._loop_task is not None:
-            await _cancelled(self._loop_task)
-        for task in list(self._running):
-            await _cancelled(task)
+        for task in (self._loop_task, self._upkeep_task, *self._running):
+            if task is not None:
+                await _cancelled(task)
+        try:
+            released = await self._queue.release()
+        except Exception:
+            logger.warning("could not hand the manager jobs back; their leases will run out",
+                           exc_info=True)  # fmt: skip
+            return
+        if released:
+            logger.info("%d manager job(s) handed back at stop", released)
+
+    async def _keep_leases(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(self._queue.lease_seconds / 3)
+            await self._upkeep()
+
+    async def _upkeep(self) -> None:
+        """Renew this process's leases, and queue again the jobs whose leases ran out."""
+        try:
+            await self._queue.renew()
+            expired = await self._queue.expire()
+        except Exception:
+            logger.warning("could not renew the manager jobs' leases", exc_info=True)
+            return
+        if expired:
+            self._metrics.leases_expired.inc(expired)
+            logger.warning("%d manager job(s) of a process that stopped renewing them queued "
+                           "again", expired)  # fmt: skip
+            self._wakeup.set()
 
     async def _loop(self) -> None:
         while not self._stopping:
@@ -115,7 +150,10 @@ class Worker:
                 )  # fmt: skip
             except JobGone:
                 self._metrics.jobs_skipped.inc()
-                logger.info("job %s was applied by another process first; skipped", job.id)
+                logger.info(
+                    "job %s is no longer this process's (applied by another process, or its "
+                    "lease ran out and another took it up): skipped", job.id,
+                )  # fmt: skip
                 return
             self._metrics.jobs_applied.inc()
             for outcome in outcomes:
@@ -129,7 +167,7 @@ class Worker:
             self._metrics.answers_unusable.inc()
             self._metrics.jobs_failed.inc()
             logger.warning("job %s parked: the manager's answer was unusable: %s", job.id, exc)
-            await self._queue.park(job.id, str(exc)[:1000], answer=exc.answer)
+            _held(await self._queue.park(job.id, str(exc)[:1000], answer=exc.answer), job)
         except Exception as exc:
             reason = (
                 str(exc) if isinstance(exc, ManagerUnavailable) else f"{type(exc).__name__}: {exc}"
@@ -137,11 +175,11 @@ class Worker:
             if job.attempts >= self._attempts:
                 self._metrics.jobs_failed.inc()
                 logger.warning("job %s failed %d times, parked: %s", job.id, job.attempts, reason)
-                await self._queue.park(job.id, reason)
+                _held(await self._queue.park(job.id, reason), job)
             else:
                 delay = self._retry_seconds * 2 ** (job.attempts - 1)
                 logger.info("job %s failed (%s); retrying in %.0f s", job.id, reason, delay)
-                await self._queue.retry_later(job.id, reason, delay)
+                _held(await self._queue.retry_later(job.id, reason, delay), job)
 
     async def _decide(self, job: Job) -> tuple[list[Operation], dict[int, str], Grounds]:
         context, new = job.turns()
@@ -162,6 +200,12 @@ class Worker:
         grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown)
         operations = await asyncio.to_thread(with_requests, operations, new, grounds)
         return operations, aliases, grounds
+
+
+def _held(held: bool, job: Job) -> None:
+    if not held:
+        logger.warning("job %s was no longer this process's (its lease ran out): another one "
+                       "runs it", job.id)  # fmt: skip
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:

@@ -24,6 +24,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -139,6 +140,9 @@ class JobStatus(StrEnum):
     answer) until `memproxy jobs retry`."""
 
 
+RUNNING = "status = 'running'"
+
+
 class ManagerJob(Base):
     """One exchange waiting for the Manager. Deleted in the transaction that applies it, so a job
     is applied once or not at all; its payload (conversation text) goes with it."""
@@ -159,8 +163,18 @@ class ManagerJob(Base):
     answer: Mapped[str | None] = mapped_column(Text, nullable=True)
     """The Manager's last answer, as it came, when it could not be used (kept for inspection)."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    owner: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    """The process running the job, or waiting for its chat's answer (awaiting); None when
+    queued or failed."""
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    """The owner renews it while it lives; once past, any process takes the job up again."""
 
-    __table_args__ = (Index("ix_manager_jobs_status_user", "status", "user_id", "key"),)
+    __table_args__ = (
+        Index("ix_manager_jobs_status_user", "status", "user_id", "key"),
+        # One running job per user across every process sharing the database.
+        Index("ux_manager_jobs_running_user", "user_id", unique=True,
+              sqlite_where=text(RUNNING), postgresql_where=text(RUNNING)),
+    )  # fmt: skip
 
 
 class ProcessedTurn(Base):

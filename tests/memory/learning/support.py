@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from app.memory.learning.turns import role_of, text_of
+from app.memory.learning.worker import Worker
 from tests.conftest import AppClientFactory
 from tests.fakes import decided
 
@@ -78,3 +80,13 @@ async def equals(coro: Awaitable[list[str]], expected: list[str]) -> bool:
 async def no_jobs(client: httpx.AsyncClient) -> bool:
     counts = await services(client).jobs.counts()
     return sum(counts.values()) == 0
+
+
+async def kill(worker: Worker) -> None:
+    """What kill -9 does to a worker: its claims and lease renewals end, and nothing it holds is
+    handed back (its jobs stay as they are until their leases run out)."""
+    for task in (worker._loop_task, worker._upkeep_task, *worker._running):
+        if task is not None:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task

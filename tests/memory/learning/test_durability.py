@@ -50,9 +50,10 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """
 
 
-def start_server(data: Path, upstream_url: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(data: Path, upstream_url: str, **env: str) -> tuple[subprocess.Popen[bytes], str]:
     """`memproxy` in a process of its own, as `memproxy serve` runs it (the fake embedder in
-    place of the model); its Manager cannot be reached, so every job stays in the database."""
+    place of the model); its Manager cannot be reached, so every job stays in the database.
+    `env`: more (or other) MEMPROXY_ variables."""
     port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("MEMPROXY_")},
@@ -63,6 +64,7 @@ def start_server(data: Path, upstream_url: str) -> tuple[subprocess.Popen[bytes]
         "MEMPROXY_MANAGER_BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
         "MEMPROXY_MANAGER_RETRY_SECONDS": "3600",
         "MEMPROXY_SQLITE_BUSY_TIMEOUT_SECONDS": "30",
+        **env,
     }
     log = (data / "server.log").open("wb")
     process = subprocess.Popen(

@@ -24,6 +24,7 @@ from tests.memory.learning.support import (
     ANN,
     Remembering,
     equals,
+    kill,
     manager_client,
     memories,
     new_user_lines,
@@ -183,17 +184,19 @@ async def test_an_exchange_broken_by_an_unexpected_error_withdraws_its_job(
 async def test_a_process_dying_mid_answer_leaves_a_job_applied_once(
     make_client: AppClientFactory, upstream: respx.Router
 ) -> None:
+    """The first process stops renewing its leases (as a process killed with -9) while its chat's
+    answer is on its way: the second takes the awaiting job up once the lease has run out."""
     release = asyncio.Event()
     slow_upstream(upstream, release)
-    first = await manager_client(make_client, Remembering())
-    await services(first).worker.stop()
+    first = await manager_client(make_client, Remembering(), manager_lease_seconds=0.6)
+    await kill(services(first).worker)
     chat = asyncio.ensure_future(first.post(
         "/v1/chat/completions", json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "I live in Oslo"}]}, headers=ANN
     ))  # fmt: skip
     await until(lambda: _status(services(first).jobs, "awaiting"))
 
     manager = Remembering()
-    second = await manager_client(make_client, manager)  # the restarted process
+    second = await manager_client(make_client, manager, manager_lease_seconds=0.6)
     await until(lambda: equals(memories(second), ["I live in Oslo"]))
     release.set()  # the old process's answer arrives after all: its job is gone, nothing twice
     await chat

@@ -26,6 +26,7 @@ from tests.memory.learning.support import (
     ANN,
     Remembering,
     equals,
+    kill,
     manager_client,
     memories,
     no_jobs,
@@ -119,9 +120,8 @@ async def test_exchanges_within_the_interval_join_one_job(engine: AsyncEngine) -
         "running": 1,
         "failed": 0,
     }
-    await queue.retry_later(claimed.id, "done elsewhere", 0)  # the first job leaves "running"
     async with store.writing("ann", MemorySource.MANAGER, job_id=claimed.id) as w:
-        assert await queue.consume(w, claimed.id)
+        assert await queue.consume(w, claimed.id)  # the first job is applied
     (due,) = await queue.claim(5, exclude_users=set())
     _, new = due.turns()
     assert [text for _, text in said(new) if text != "ok"] == [
@@ -189,10 +189,13 @@ async def test_a_job_already_applied_is_not_applied_again(make_client: AppClient
     assert await memories(client) == []
 
 
-async def test_a_crash_mid_job_loses_nothing_and_applies_once(
-    make_client: AppClientFactory, upstream_ok: respx.Route
+@pytest.mark.parametrize("death", ["stop", "kill"])
+async def test_a_process_ending_mid_job_loses_nothing_and_the_job_applies_once(
+    make_client: AppClientFactory, upstream_ok: respx.Route, death: str
 ) -> None:
-    """The process stops while the Manager is thinking; the next start finishes the job, once."""
+    """The process ends while the Manager is thinking: stopped, it hands the job back at once;
+    killed (no renewals, nothing handed back), the job stays running until its lease runs out
+    and then another process takes it up. Either way the job is applied once."""
     started = asyncio.Event()
 
     async def stuck(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -200,7 +203,7 @@ async def test_a_crash_mid_job_loses_nothing_and_applies_once(
         await asyncio.sleep(3600)
         raise AssertionError("unreachable")
 
-    first = await manager_client(make_client, stuck)
+    first = await manager_client(make_client, stuck, manager_lease_seconds=1)
     await first.post(
         "/v1/chat/completions",
         json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]},
@@ -208,12 +211,18 @@ async def test_a_crash_mid_job_loses_nothing_and_applies_once(
     )
     await asyncio.wait_for(started.wait(), 10)
     worker = services(first).worker
-    await worker.stop()  # the process dies: the job stays "running", nothing was committed
+    await (worker.stop() if death == "stop" else kill(worker))  # nothing was committed
     queue: JobQueue = services(first).jobs
-    assert await queue.counts() == {"awaiting": 0, "queued": 0, "running": 1, "failed": 0}
+    held = {"awaiting": 0, "queued": 0, "running": 1, "failed": 0}
+    back = {"awaiting": 0, "queued": 1, "running": 0, "failed": 0}
+    assert await queue.counts() == (back if death == "stop" else held)
 
     manager = Remembering()
-    second = await manager_client(make_client, manager)  # a new process on the same database
+    # A new process on the same database: it runs nothing a live process holds.
+    second = await manager_client(make_client, manager, manager_lease_seconds=1)
+    if death == "kill":
+        await asyncio.sleep(0.3)
+        assert manager.seen == [] and await queue.counts() == held  # the lease still runs
     await until(lambda: equals(memories(second), ["I live in Oslo"]))
     await until(lambda: no_jobs(second))
     await asyncio.sleep(0.2)

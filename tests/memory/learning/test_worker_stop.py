@@ -46,7 +46,15 @@ async def ended(work: Coroutine[Any, Any, None], within: float = 10.0) -> bool:
 class IdleQueue:
     """A queue with nothing to claim (all the poll loop asks of it here)."""
 
-    async def requeue_running(self) -> int:
+    lease_seconds = 30.0
+
+    async def renew(self) -> int:
+        return 0
+
+    async def expire(self) -> int:
+        return 0
+
+    async def release(self) -> int:
         return 0
 
     async def claim(self, n: int, *, exclude_users: set[str]) -> list[object]:

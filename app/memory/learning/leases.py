@@ -1,0 +1,216 @@
+"""Who runs a Manager job, among the processes sharing the database.
+
+A job is claimed (:meth:`Leases.claim`: a user's oldest due job, one running per user, enforced
+by a unique index) by one process, its `owner`, with a `lease_until` the owner renews
+(:meth:`Leases.renew`) while it lives; an awaiting job (its chat's answer still on its way) is
+held the same way by the process serving the chat. Any process queues a job again once its
+lease has run out (:meth:`Leases.expire`): a process killed mid-job is replaced by whichever one
+looks next, and none re-runs a job a live process holds. Only the owner deletes a job as applied
+(:meth:`Leases.consume`) or hands it back (:meth:`Leases.retry_later`, :meth:`Leases.park`); a
+stopping process hands its jobs back at once (:meth:`Leases.release`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.memory.learning.job_book import JobBook
+from app.memory.learning.turns import load
+from app.memory.store.db import writing
+from app.memory.store.records import aware, now
+from app.memory.store.tables import JobStatus, ManagerJob
+from app.memory.store.unit import Writer
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    user_id: str
+    explicit: bool
+    attempts: int
+    payload: dict[str, Any]
+    """As stored: the chat's ``model``, its ``context`` and ``new`` turns (:func:`dump`), and the
+    ``fingerprints`` the job took."""
+
+    @property
+    def model(self) -> str:
+        """The chat request's model (the Manager's, unless one is configured)."""
+        return str(self.payload["model"])
+
+    def turns(self) -> tuple[list[ModelMessage], list[ModelMessage]]:
+        """The turns before the new ones (context only), and the new ones."""
+        return load(self.payload["context"]), load(self.payload["new"])
+
+
+HELD = (JobStatus.RUNNING.value, JobStatus.AWAITING.value)
+"""The statuses a job has an owner and a lease in."""
+UNHELD = {"owner": None, "lease_until": None}
+
+
+def process_name() -> str:
+    """This process among those sharing the database: host, pid, and a random part (a pid is
+    reused, e.g. by every container's first process)."""
+    return f"{socket.gethostname()[:80]}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+class Leases(JobBook):
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        owner: str | None = None,
+        lease_seconds: float = 30.0,
+    ) -> None:
+        super().__init__(sessions)
+        self.owner = owner or process_name()
+        """The jobs this process holds say so in their `owner`."""
+        self.lease_seconds = lease_seconds
+
+    def _lease(self) -> datetime:
+        return now() + timedelta(seconds=self.lease_seconds)
+
+    async def retry_later(self, job_id: str, error: str, delay_seconds: float) -> bool:
+        """The held job queued again after `delay_seconds`; False when this process no longer
+        held it (its lease ran out and another took it up: that one decides)."""
+        due = now() + timedelta(seconds=delay_seconds)
+        return await self._hand_back(
+            job_id, status=JobStatus.QUEUED.value, error=error, next_attempt_at=due
+        )
+
+    async def park(self, job_id: str, error: str, *, answer: str | None = None) -> bool:
+        """The held job failed for good, until `memproxy jobs retry`; `answer`: the Manager's
+        unusable one. False when this process no longer held it."""
+        return await self._hand_back(
+            job_id, status=JobStatus.FAILED.value, error=error, answer=answer
+        )
+
+    async def renew(self) -> int:
+        """This process is alive: the leases of the jobs it holds run on. How many it holds."""
+        async with writing(self._sessions) as session:
+            result = await session.execute(
+                update(ManagerJob)
+                .where(ManagerJob.owner == self.owner, ManagerJob.status.in_(HELD))
+                .values(lease_until=self._lease())
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def expire(self) -> int:
+        """Jobs whose lease ran out (their process died, or lost the database for longer than
+        a lease) queued again, for any process; awaiting ones without their answer (the user's
+        words are what counts). Jobs with no lease at all were left by a version before leases.
+        How many."""
+        stamp = now()
+        async with writing(self._sessions) as session:
+            result = await session.execute(
+                update(ManagerJob)
+                .where(
+                    ManagerJob.status.in_(HELD),
+                    or_(ManagerJob.lease_until.is_(None), ManagerJob.lease_until < stamp),
+                )
+                .values(status=JobStatus.QUEUED.value, next_attempt_at=stamp, **UNHELD)
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def release(self) -> int:
+        """This process stops: the jobs it holds are queued again now (no waiting for their
+        leases to run out). How many."""
+        async with writing(self._sessions) as session:
+            result = await session.execute(
+                update(ManagerJob)
+                .where(ManagerJob.owner == self.owner, ManagerJob.status.in_(HELD))
+                .values(status=JobStatus.QUEUED.value, next_attempt_at=now(), **UNHELD)
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def claim(self, limit: int, *, exclude_users: set[str]) -> list[Job]:
+        """Up to `limit` due jobs, each a user's oldest, of users with no job running (here or
+        in another process) and not in `exclude_users`; marked running, held by this process."""
+        if limit <= 0:
+            return []
+        stamp = now()
+        async with writing(self._sessions) as session:
+            running = set(await session.scalars(
+                select(ManagerJob.user_id).where(ManagerJob.status == JobStatus.RUNNING.value)
+            ))  # fmt: skip
+            firsts = (
+                select(func.min(ManagerJob.key))
+                .where(ManagerJob.status == JobStatus.QUEUED.value)
+                .group_by(ManagerJob.user_id)
+            )
+            # A job another transaction holds (a chat appending to it) is passed over this time.
+            candidates = (await session.execute(
+                select(ManagerJob.key, ManagerJob.id, ManagerJob.user_id, ManagerJob.explicit,
+                       ManagerJob.next_attempt_at)
+                .where(ManagerJob.key.in_(firsts))
+                .order_by(ManagerJob.key)
+                .with_for_update(skip_locked=True)
+            )).all()  # fmt: skip
+            claimed: list[Job] = []
+            for key, job_id, user_id, explicit, due in candidates:
+                if len(claimed) >= limit:
+                    break
+                if user_id in running or user_id in exclude_users or aware(due) > stamp:
+                    continue
+                taken = await self._take(session, key)
+                if taken is not None:
+                    attempts, payload = taken
+                    claimed.append(Job(job_id, user_id, explicit, attempts, dict(payload)))
+            return claimed
+
+    async def _take(self, session: AsyncSession, key: int) -> tuple[int, Any] | None:
+        """Mark the job running, held by this process: its attempts and payload as of the claim
+        itself (a merge may have grown it since the read); None when it is no longer queued, or
+        when another process has just started a job of the user (the unique index refuses a
+        second: the running jobs read above may be older than that process's commit)."""
+        try:
+            async with session.begin_nested():
+                taken = (
+                    await session.execute(
+                        update(ManagerJob)
+                        .where(
+                            ManagerJob.key == key, ManagerJob.status == JobStatus.QUEUED.value
+                        )
+                        .values(status=JobStatus.RUNNING.value, attempts=ManagerJob.attempts + 1,
+                                owner=self.owner, lease_until=self._lease())
+                        .returning(ManagerJob.attempts, ManagerJob.payload)
+                    )
+                ).first()  # fmt: skip
+        except IntegrityError:
+            return None
+        return None if taken is None else (taken[0], taken[1])
+
+    async def consume(self, w: Writer, job_id: str) -> bool:
+        """Delete the job inside the unit of work that applies it, if this process still holds
+        it; False when it does not (another process took it up after this one's lease ran out,
+        or applied it, or it was dropped): the caller must then apply nothing."""
+        result = await w.execute(
+            delete(ManagerJob).where(
+                ManagerJob.id == job_id,
+                ManagerJob.owner == self.owner,
+                ManagerJob.status == JobStatus.RUNNING.value,
+            )
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def _hand_back(self, job_id: str, **values: Any) -> bool:
+        async with writing(self._sessions) as session:
+            result = await session.execute(
+                update(ManagerJob)
+                .where(
+                    ManagerJob.id == job_id,
+                    ManagerJob.owner == self.owner,
+                    ManagerJob.status == JobStatus.RUNNING.value,
+                )
+                .values(**values, **UNHELD)
+            )
+            return bool(result.rowcount)  # type: ignore[attr-defined]
