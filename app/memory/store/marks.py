@@ -2,19 +2,29 @@
 (``recall_count``, ``last_recalled_at``), and one write transaction per chat was the busiest
 writer of a loaded server. Marks that arrive while a batch is being written wait and go together
 in the next batch: one transaction for however many chats ended meanwhile, nothing counted twice
-or lost (a failed batch is reported to each of its callers)."""
+or lost (a failed batch is reported to each of its callers).
+
+Several processes on one PostgreSQL write such batches at once, over the same memories: a batch
+locks its rows in key order before it updates them (two batches locking in their own orders
+deadlocked: hundreds of lost batches in a run of three replicas), and one that still meets a
+deadlock (another writer's order) is written again."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
 
-from sqlalchemy import update
+from sqlalchemy import select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.store.db import writing
 from app.memory.store.records import now
 from app.memory.store.tables import Memory
+
+ATTEMPTS = 3
+"""Writes of one batch that met a deadlock, before its callers are told."""
+LOCK_BATCH = 1000
 
 
 class RecallMarks:
@@ -47,24 +57,45 @@ class RecallMarks:
             pending, self._pending = self._pending, {}
             batch, self._batch = self._batch, None
             assert batch is not None
-            groups: dict[tuple[str, int], list[int]] = {}
-            for (user_id, key), times in pending.items():
-                groups.setdefault((user_id, times), []).append(key)
-            stamp = now()
-            try:
-                async with writing(self._sessions) as session:
-                    for (user_id, times), keys in groups.items():
-                        await session.execute(
-                            update(Memory)
-                            .where(Memory.user_id == user_id, Memory.key.in_(keys))
-                            .values(
-                                recall_count=Memory.recall_count + times, last_recalled_at=stamp
-                            )
-                        )
-            except Exception as exc:
-                batch.set_exception(exc)
-            else:
-                batch.set_result(None)
+            for attempt in range(1, ATTEMPTS + 1):
+                try:
+                    await self._commit(pending)
+                except Exception as exc:
+                    if attempt < ATTEMPTS and _deadlock(exc):
+                        continue
+                    batch.set_exception(exc)
+                else:
+                    batch.set_result(None)
+                break
+
+    async def _commit(self, pending: dict[tuple[str, int], int]) -> None:
+        groups: dict[tuple[str, int], list[int]] = {}
+        for (user_id, key), times in pending.items():
+            groups.setdefault((user_id, times), []).append(key)
+        keys = sorted({key for _, key in pending})
+        stamp = now()
+        async with writing(self._sessions) as session:
+            for start in range(0, len(keys), LOCK_BATCH):  # SQLite ignores FOR UPDATE
+                chunk = keys[start : start + LOCK_BATCH]
+                await session.execute(
+                    select(Memory.key)
+                    .where(Memory.key.in_(chunk))
+                    .order_by(Memory.key)
+                    .with_for_update()
+                )
+            for (user_id, times), group in groups.items():
+                await session.execute(
+                    update(Memory)
+                    .where(Memory.user_id == user_id, Memory.key.in_(group))
+                    .values(recall_count=Memory.recall_count + times, last_recalled_at=stamp)
+                )
+
+
+def _deadlock(exc: BaseException) -> bool:
+    """PostgreSQL's "deadlock detected" (SQLSTATE 40P01): the transaction was rolled back."""
+    original = getattr(exc, "orig", None)
+    state = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
+    return isinstance(exc, DBAPIError) and (state == "40P01" or "deadlock detected" in str(exc))
 
 
 def _retrieved(batch: asyncio.Future[None]) -> None:
