@@ -20,6 +20,7 @@ import orjson
 
 from app.devtools.fake_upstream import read_body
 from app.memory.learning.prompt import EXCHANGE
+from bench.fake_manager import completion, lifespan, respond
 
 TOKEN = re.compile(r"tok-u\d+-c\d+-t\d+")
 """A bench turn's token: user, conversation and turn numbers."""
@@ -40,35 +41,14 @@ def _record(tokens: list[str]) -> None:
         log.write(orjson.dumps({"at": time.time(), "tokens": tokens}).decode() + "\n")
 
 
-def _answer(request: dict[str, Any], tokens: list[str]) -> bytes:
-    operations = [{"op": "NEW", "content": f"Code word is {t}", "type": "fact"} for t in tokens]
-    arguments = orjson.dumps({"operations": operations}).decode()
-    call = {"id": "t", "type": "function",
-            "function": {"name": "final_result", "arguments": arguments}}  # fmt: skip
-    answer: dict[str, Any]
-    if "response_format" in request:
-        answer, finish = {"content": arguments}, "stop"
-    else:
-        answer, finish = {"content": None, "tool_calls": [call]}, "tool_calls"
-    return orjson.dumps({
-        "id": "m", "object": "chat.completion", "created": 1, "model": "manager",
-        "choices": [{"index": 0, "finish_reason": finish,
-                     "message": {"role": "assistant", **answer}}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    })  # fmt: skip
-
-
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
+        await lifespan(receive, send)
         return
     request = orjson.loads(await read_body(receive) or b"{}")
     tokens = new_tokens(request)
     _record(tokens)  # as asked: a call whose caller dies before the answer still counts
     delay = int(os.environ.get("MANAGER_DELAY_MS", "400")) / 1000
     await asyncio.sleep(delay * random.uniform(0.75, 1.25))
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json")]})  # fmt: skip
-    await send({"type": "http.response.body", "body": _answer(request, tokens)})
+    operations = [{"op": "NEW", "content": f"Code word is {t}", "type": "fact"} for t in tokens]
+    await respond(send, completion(request, operations))
