@@ -349,7 +349,8 @@ def test_the_balancer_sends_each_user_to_one_replica_of_memproxy() -> None:
     )
     conf = (ROOT / "docker" / "nginx.conf").read_text()
     assert f"server memproxy:{memproxy_port()} resolve;" in conf  # every replica, as they change
-    assert "hash $memproxy_user consistent;" in conf
+    # By address: `consistent` hashes server names, which every resolved replica shares.
+    assert re.search(r"^\s*hash \$memproxy_user;$", conf, re.M)
     assert "default $http_x_openwebui_user_id;" in conf  # Open WebUI's user header first
     assert Settings().user_id_headers[0] == "X-OpenWebUI-User-Id"
     assert "proxy_buffering off;" in conf  # streamed answers pass through as they come

@@ -152,6 +152,7 @@ class JobQueue(Leases):
             session.add(job)
             await session.flush()
             if awaiting:
+                self._held.add(job.id)
                 return Queued(job.id, 0)
             return await self._place(session, job, interval_seconds)
 
@@ -159,18 +160,22 @@ class JobQueue(Leases):
         """The answer arrived: add it to the awaiting job and make the job due (joining or
         absorbing the user's pending routine job, as the module docstring says). Returns how
         many routine jobs were dropped to keep within the limit."""
-        async with writing(self._sessions) as session:
-            job = await session.scalar(_locked(ManagerJob.id == job_id, JobStatus.AWAITING))
-            if job is None:
-                return 0  # taken over at a restart, or withdrawn
-            if reply and reply.strip():
-                new = [*job.payload["new"], *dump([turn("assistant", for_manager(reply))])]
-                job.payload = {**job.payload, "new": new}
-            return (await self._place(session, job, interval_seconds)).dropped
+        try:
+            async with writing(self._sessions) as session:
+                job = await session.scalar(_locked(ManagerJob.id == job_id, JobStatus.AWAITING))
+                if job is None:
+                    return 0  # taken up by another process once its lease ran out
+                if reply and reply.strip():
+                    new = [*job.payload["new"], *dump([turn("assistant", for_manager(reply))])]
+                    job.payload = {**job.payload, "new": new}
+                return (await self._place(session, job, interval_seconds)).dropped
+        finally:
+            self.let_go(job_id)  # had this failed, the lease lapses: another process takes it
 
     async def withdraw(self, job_id: str) -> None:
         """The exchange failed or the client left: the awaiting job goes, and its turns are
         free again for the conversation's next exchange."""
+        self.let_go(job_id)
         async with writing(self._sessions) as session:
             job = await session.scalar(_locked(ManagerJob.id == job_id, JobStatus.AWAITING))
             if job is None:

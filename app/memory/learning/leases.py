@@ -8,6 +8,10 @@ lease has run out (:meth:`Leases.expire`): a process killed mid-job is replaced 
 looks next, and none re-runs a job a live process holds. Only the owner deletes a job as applied
 (:meth:`Leases.consume`) or hands it back (:meth:`Leases.retry_later`, :meth:`Leases.park`); a
 stopping process hands its jobs back at once (:meth:`Leases.release`).
+
+Leases are reckoned on the database's clock (:meth:`Leases.sync_clock`), not on each process's:
+replicas on several machines whose clocks disagree by more than a lease would otherwise take
+up each other's live jobs.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import case, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -57,6 +61,14 @@ HELD = (JobStatus.RUNNING.value, JobStatus.AWAITING.value)
 UNHELD = {"owner": None, "lease_until": None}
 
 
+def _uncounted() -> Any:
+    """A running job's attempts less the one its claim counted; an awaiting job's as they are."""
+    return case(
+        (ManagerJob.status == JobStatus.RUNNING.value, ManagerJob.attempts - 1),
+        else_=ManagerJob.attempts,
+    )
+
+
 def process_name() -> str:
     """This process among those sharing the database: host, pid, and a random part (a pid is
     reused, e.g. by every container's first process)."""
@@ -75,14 +87,39 @@ class Leases(JobBook):
         self.owner = owner or process_name()
         """The jobs this process holds say so in their `owner`."""
         self.lease_seconds = lease_seconds
+        self._offset = timedelta(0)
+        """The database's clock minus this process's."""
+        self._held: set[str] = set()
+        """The jobs this process is working on: running here, or awaiting a chat's answer here.
+        Only their leases are renewed: a job this process still owns but dropped (its hand-back
+        failed) lapses, and another process takes it up."""
+
+    def let_go(self, job_id: str) -> None:
+        """This process is done with the job (applied, handed back, or given up on)."""
+        self._held.discard(job_id)
+
+    def _now(self) -> datetime:
+        return now() + self._offset
 
     def _lease(self) -> datetime:
-        return now() + timedelta(seconds=self.lease_seconds)
+        return self._now() + timedelta(seconds=self.lease_seconds)
+
+    async def sync_clock(self) -> None:
+        """Read the database's clock (PostgreSQL; a SQLite file is on this machine's) and
+        reckon leases on it from now on."""
+        async with self._sessions() as session:
+            if session.bind is None or session.bind.dialect.name != "postgresql":
+                return
+            before = now()
+            database = await session.scalar(select(func.clock_timestamp()))
+            after = now()
+        if database is not None:
+            self._offset = aware(database) - (before + (after - before) / 2)
 
     async def retry_later(self, job_id: str, error: str, delay_seconds: float) -> bool:
         """The held job queued again after `delay_seconds`; False when this process no longer
         held it (its lease ran out and another took it up: that one decides)."""
-        due = now() + timedelta(seconds=delay_seconds)
+        due = self._now() + timedelta(seconds=delay_seconds)
         return await self._hand_back(
             job_id, status=JobStatus.QUEUED.value, error=error, next_attempt_at=due
         )
@@ -95,13 +132,17 @@ class Leases(JobBook):
         )
 
     async def renew(self) -> int:
-        """This process is alive: the leases of the jobs it holds run on. How many it holds."""
+        """This process is alive: the leases of the jobs it works on run on. How many."""
+        held = list(self._held)
+        if not held:
+            return 0
         async with writing(self._sessions) as session:
             result = await session.execute(
                 update(ManagerJob)
-                .where(ManagerJob.owner == self.owner, ManagerJob.status.in_(HELD))
+                .where(ManagerJob.owner == self.owner, ManagerJob.status.in_(HELD),
+                       ManagerJob.id.in_(held))
                 .values(lease_until=self._lease())
-            )
+            )  # fmt: skip
             return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
     async def expire(self) -> int:
@@ -109,7 +150,7 @@ class Leases(JobBook):
         a lease) queued again, for any process; awaiting ones without their answer (the user's
         words are what counts). Jobs with no lease at all were left by a version before leases.
         How many."""
-        stamp = now()
+        stamp = self._now()
         async with writing(self._sessions) as session:
             result = await session.execute(
                 update(ManagerJob)
@@ -123,12 +164,19 @@ class Leases(JobBook):
 
     async def release(self) -> int:
         """This process stops: the jobs it holds are queued again now (no waiting for their
-        leases to run out). How many."""
+        leases to run out); a running one's attempt is not counted (it did not fail). How
+        many."""
+        self._held.clear()
         async with writing(self._sessions) as session:
             result = await session.execute(
                 update(ManagerJob)
                 .where(ManagerJob.owner == self.owner, ManagerJob.status.in_(HELD))
-                .values(status=JobStatus.QUEUED.value, next_attempt_at=now(), **UNHELD)
+                .values(
+                    status=JobStatus.QUEUED.value,
+                    next_attempt_at=self._now(),
+                    attempts=_uncounted(),
+                    **UNHELD,
+                )
             )
             return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
@@ -137,7 +185,7 @@ class Leases(JobBook):
         in another process) and not in `exclude_users`; marked running, held by this process."""
         if limit <= 0:
             return []
-        stamp = now()
+        stamp = self._now()
         async with writing(self._sessions) as session:
             running = set(await session.scalars(
                 select(ManagerJob.user_id).where(ManagerJob.status == JobStatus.RUNNING.value)
@@ -163,6 +211,7 @@ class Leases(JobBook):
                     continue
                 taken = await self._take(session, key)
                 if taken is not None:
+                    self._held.add(job_id)
                     attempts, payload = taken
                     claimed.append(Job(job_id, user_id, explicit, attempts, dict(payload)))
             return claimed

@@ -83,9 +83,11 @@ class Worker:
         or another process to run (or, if the database cannot be reached, taken up by one once
         their leases run out)."""
         self._stopping = True  # the loop claims nothing more, even if a cancel went astray
-        for task in (self._loop_task, self._upkeep_task, *self._running):
+        for task in (self._loop_task, self._upkeep_task):
             if task is not None:
                 await _cancelled(task)
+        for task in list(self._running):  # once the loop has ended: it starts no more
+            await _cancelled(task)
         try:
             released = await self._queue.release()
         except Exception:
@@ -102,6 +104,8 @@ class Worker:
 
     async def _upkeep(self) -> None:
         """Renew this process's leases, and queue again the jobs whose leases ran out."""
+        with suppress(Exception):  # a failed read keeps the last offset
+            await self._queue.sync_clock()
         try:
             await self._queue.renew()
             expired = await self._queue.expire()
@@ -141,6 +145,13 @@ class Worker:
         self._wakeup.set()
 
     async def _run(self, job: Job) -> None:
+        try:
+            await self._work(job)
+        finally:
+            # Applied, handed back, or (a hand-back that failed) dropped: its lease lapses.
+            self._queue.let_go(job.id)
+
+    async def _work(self, job: Job) -> None:
         try:
             operations, aliases, grounds = await self._decide(job)
             try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.memory.learning import leases
 from app.memory.learning.extraction import exchange
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.turns import turn
@@ -112,11 +114,29 @@ async def test_a_stopping_process_hands_its_jobs_back_and_no_other(
     awaiting = await queue_chat(a, "bob", "I keep bees", awaiting=True)
     others = await queue_chat(b, "cy", "I run", awaiting=True)
     assert await a.release() == 2
-    assert await status(a, mine) == ("queued", None) and await status(a, awaiting) == (
-        "queued",
-        None,
-    )
+    for job_id in (mine, awaiting):
+        assert await status(a, job_id) == ("queued", None)
     assert await status(b, others) == ("awaiting", b.owner)
+    claimed = {job.id: job for job in await b.claim(5, exclude_users=set())}
+    assert claimed[mine].attempts == 1  # the stop cut its attempt short: not counted
+
+
+async def test_a_job_its_owner_dropped_lapses_and_another_process_takes_it_up(
+    engines: list[AsyncEngine],
+) -> None:
+    """The owner's task ended without handing the job back (the database failed just then):
+    the owner, alive, no longer renews it, so the user's learning does not stop for good."""
+    a, b = queues(engines)
+    job_id = await queue_chat(a, "ann", "I live in Oslo")
+    other = await queue_chat(a, "bob", "I keep bees")
+    assert len(await a.claim(2, exclude_users=set())) == 2
+    a.let_go(job_id)
+    for _ in range(3):
+        await asyncio.sleep(LEASE / 2)
+        assert await a.renew() == 1  # bob's job only
+    assert await b.expire() == 1
+    assert await status(b, job_id) == ("queued", None)
+    assert await status(b, other) == ("running", a.owner)
 
 
 async def test_the_database_allows_one_running_job_per_user(engine: AsyncEngine) -> None:
@@ -185,3 +205,20 @@ async def test_a_claim_racing_another_replicas_claim_never_runs_two_jobs_of_a_us
         running = list(await session.scalars(select(ManagerJob.user_id).where(
             ManagerJob.status == JobStatus.RUNNING.value)))  # fmt: skip
     assert sorted(running) == ["ann", "bob"]
+
+
+@pytest.mark.skipif(not databases.on_postgresql(), reason="a SQLite file has one machine's clock")
+async def test_leases_are_reckoned_on_the_databases_clock(
+    engines: list[AsyncEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B runs on a machine whose clock is an hour ahead: without the database's clock it would
+    find A's live job expired at once."""
+    a, b = queues(engines)
+    job_id = await queue_chat(a, "ann", "I live in Oslo")
+    await a.claim(1, exclude_users=set())
+    real = leases.now
+    monkeypatch.setattr(leases, "now", lambda: real() + timedelta(hours=1))
+    await b.sync_clock()
+    assert await b.expire() == 0 and await status(a, job_id) == ("running", a.owner)
+    b._offset = timedelta(0)  # B's own clock, unsynced: A's live job taken from it
+    assert await b.expire() == 1 and await status(a, job_id) == ("queued", None)
