@@ -443,7 +443,9 @@ def report(run: Run, calls: list[tuple[float, list[str]]], jobs: dict[str, int],
 
 
 async def bench(run: Run, folder: Path) -> bool:
-    limits = httpx.Limits(max_connections=4 * run.args.concurrency)
+    # Idle connections closed before the replicas close them (uvicorn: after 5 s, httpx's own
+    # default): else a request sent on a connection the server is closing fails (ReadError).
+    limits = httpx.Limits(max_connections=4 * run.args.concurrency, keepalive_expiry=2.0)
     async with httpx.AsyncClient(timeout=60, limits=limits, trust_env=False) as client:
         run.start = time.monotonic()
         await asyncio.gather(clients(client, run), killer(run), prober(client, run))

@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import uvicorn
 import yaml
 from starlette.responses import JSONResponse
 
@@ -354,6 +355,10 @@ def test_the_balancer_sends_each_user_to_one_replica_of_memproxy() -> None:
     assert "default $http_x_openwebui_user_id;" in conf  # Open WebUI's user header first
     assert Settings().user_id_headers[0] == "X-OpenWebUI-User-Id"
     assert "proxy_buffering off;" in conf  # streamed answers pass through as they come
+    # Idle upstream connections dropped before uvicorn drops them (5 s): no request is sent on
+    # a connection memproxy is closing.
+    assert "keepalive_timeout 4s;" in conf
+    assert uvicorn.Config(app=None).timeout_keep_alive == 5
     assert "listen 8000;" in conf and "resolver 127.0.0.11" in conf  # Docker's DNS
     assert service["depends_on"]["memproxy"]["condition"] == "service_healthy"
 
