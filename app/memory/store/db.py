@@ -32,7 +32,7 @@ from sqlalchemy import event, text
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -214,6 +214,14 @@ def is_locked(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError) and (
         (code is not None and code & 0xFF == 5) or "database is locked" in str(original)
     )
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """PostgreSQL's "deadlock detected" (SQLSTATE 40P01): the transaction was rolled back and
+    may be tried again."""
+    original = getattr(exc, "orig", None)
+    state = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
+    return isinstance(exc, DBAPIError) and (state == "40P01" or "deadlock detected" in str(exc))
 
 
 async def _begin_immediate(session: AsyncSession) -> None:

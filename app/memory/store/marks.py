@@ -15,16 +15,17 @@ import asyncio
 from collections.abc import Sequence
 
 from sqlalchemy import select, update
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.memory.store.db import writing
+from app.memory.store.db import is_deadlock, writing
 from app.memory.store.records import now
 from app.memory.store.tables import Memory
+from app.proxy.offload import pieces
 
 ATTEMPTS = 3
 """Writes of one batch that met a deadlock, before its callers are told."""
 LOCK_BATCH = 1000
+"""Keys locked per statement (a bound parameter each; asyncpg takes at most 32,767)."""
 
 
 class RecallMarks:
@@ -61,7 +62,7 @@ class RecallMarks:
                 try:
                     await self._commit(pending)
                 except Exception as exc:
-                    if attempt < ATTEMPTS and _deadlock(exc):
+                    if attempt < ATTEMPTS and is_deadlock(exc):
                         continue
                     batch.set_exception(exc)
                 else:
@@ -75,8 +76,7 @@ class RecallMarks:
         keys = sorted({key for _, key in pending})
         stamp = now()
         async with writing(self._sessions) as session:
-            for start in range(0, len(keys), LOCK_BATCH):  # SQLite ignores FOR UPDATE
-                chunk = keys[start : start + LOCK_BATCH]
+            for _, chunk in pieces(keys, LOCK_BATCH):  # SQLite ignores FOR UPDATE
                 await session.execute(
                     select(Memory.key)
                     .where(Memory.key.in_(chunk))
@@ -89,13 +89,6 @@ class RecallMarks:
                     .where(Memory.user_id == user_id, Memory.key.in_(group))
                     .values(recall_count=Memory.recall_count + times, last_recalled_at=stamp)
                 )
-
-
-def _deadlock(exc: BaseException) -> bool:
-    """PostgreSQL's "deadlock detected" (SQLSTATE 40P01): the transaction was rolled back."""
-    original = getattr(exc, "orig", None)
-    state = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
-    return isinstance(exc, DBAPIError) and (state == "40P01" or "deadlock detected" in str(exc))
 
 
 def _retrieved(batch: asyncio.Future[None]) -> None:
