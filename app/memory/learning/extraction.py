@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
+from app.memory.learning.own_words import own_words
 from app.memory.learning.turns import fingerprints_of, text_of
 
 EXPLICIT = re.compile(
@@ -51,7 +52,6 @@ function returns None" in a coding chat is no request to remember."""
 FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|we|our|us)\b", re.IGNORECASE)
 REQUEST_CHARS = 500
 """A longer request is no single fact: the Manager's reading of it stands."""
-_FENCED = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _SENTENCES = re.compile(
     r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bProf\.)"
     r"(?<=[.!?])\s+|\n+"
@@ -60,22 +60,36 @@ _SENTENCES = re.compile(
 
 def requested(text: str) -> list[str]:
     """What the text's sentences explicitly ask to remember about the user, as the user put it
-    ("My daughter Mia turns 7 on 3 May"), each under :data:`REQUEST_CHARS`. Code blocks are
-    not read; a question is a request only when it asks "can you / could you remember..."."""
+    ("My daughter Mia turns 7 on 3 May"), each under :data:`REQUEST_CHARS`. Only the user's own
+    words ask (:func:`~app.memory.learning.own_words.own_words`): a request inside code, a
+    quotation, a pasted email or document, or Open WebUI's retrieved context is none. A question
+    is a request only when it asks "can you / could you remember..."."""
     if len(text) > 20 * REQUEST_CHARS:
         return []  # a document, not a request
+    own = own_words(text)
     found = []
-    for sentence in _SENTENCES.split(_FENCED.sub(" ", text)):
+    for start, end in _sentence_spans(own):
+        sentence = own[start:end]
+        lead = len(sentence) - len(sentence.lstrip())
         match = REQUEST.match(sentence.strip())
         if match is None:
             continue
-        what = match.group("what").strip(" .!?")
         asking = sentence.rstrip().endswith("?")
         if asking and not re.search(r"\byou\s+(?:please\s+)?(?:remember|note)", sentence, re.I):
             continue  # "Remember that time we went to Paris?"
-        if what and len(what) <= REQUEST_CHARS and FIRST_PERSON.search(what):
+        if not FIRST_PERSON.search(match.group("what")):
+            continue  # about someone or something else, or the user only quotes it
+        # in the user's words as written: a short quotation inside them ("Anna") stays
+        at = start + lead
+        what = text[at + match.start("what") : at + match.end("what")].strip(" .!?")
+        if what and len(what) <= REQUEST_CHARS:
             found.append(what[0].upper() + what[1:])
     return found
+
+
+def _sentence_spans(text: str) -> list[tuple[int, int]]:
+    bounds = [0, *(i for m in _SENTENCES.finditer(text) for i in m.span()), len(text)]
+    return [(bounds[i], bounds[i + 1]) for i in range(0, len(bounds), 2)]
 
 
 SEARCH_CHARS = 1 << 14

@@ -37,6 +37,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from app.memory.learning.decisions import Op, Operation
 from app.memory.learning.extraction import FIRST_PERSON, requested
+from app.memory.learning.own_words import own_words
 from app.memory.learning.prompt import Shown
 from app.memory.learning.turns import text_of
 from app.memory.search.lexical import Analyzer
@@ -59,15 +60,15 @@ class Grounds:
     """The stems of each memory shown, by the number it was shown with."""
     analyzer: Analyzer
     erasing: bool = False
-    """The user asked to forget everything (or all, whatever, what you know): any DELETE goes,
-    as such a request names no memory's words."""
+    """The user asked, in their own words, to forget everything (:func:`erases_everything`): any
+    DELETE goes, as such a request names no memory's words."""
 
     @classmethod
     def of(cls, turns: Sequence[ModelMessage], shown: Sequence[Shown]) -> Grounds:
         """The grounds of a job: its turns (context and new; the user's are read) and the
         memories it showed the Manager."""
         analyzer = Analyzer()
-        users = [text_of(t) for t in turns if isinstance(t, ModelRequest)]
+        users = [own_words(text_of(t)) for t in turns if isinstance(t, ModelRequest)]
         said = frozenset(analyzer.terms(" ".join(_statements(text) for text in users)))
         heard = analyzer.terms(" ".join(text_of(t) for t in turns if isinstance(t, ModelResponse)))
         return cls(
@@ -75,7 +76,7 @@ class Grounds:
             frozenset(heard) - said,
             {m.alias: frozenset(analyzer.terms(m.content)) for m in shown},
             analyzer,
-            any(_ERASING.search(text) for text in users),
+            any(erases_everything(text) for text in users),
         )
 
     def refusal(self, operation: Operation) -> str | None:
@@ -136,9 +137,26 @@ def with_requests(
 _NAME = re.compile(r"(?<=\w )[A-Z][\w'-]*")
 """A capitalised word that does not begin the text: a name, a place, a month ("Mia", "May")."""
 _ERASING = re.compile(
-    r"\b(?:forget|erase|delete|remove|wipe)\s+(?:everything|all|whatever|what\s+you\s+know)\b",
+    r"^[\s\"'“(*-]*(?:(?:ok|okay|so|and|now|also|hey|actually|please|just)[,\s]+)*"
+    r"(?:(?:can|could|would|will)\s+you\s+|i\s+(?:want|need)\s+you\s+to\s+)?(?:please\s+)?"
+    r"(?:forget|erase|delete|remove|wipe|clear)\s+"
+    r"(?:everything|all(?:\s+(?:of\s+)?(?:it|that|this|my\s+memories|your\s+memor(?:y|ies)))?"
+    r"|(?:whatever|what|all)\s+you\s+(?:know|remember)|your\s+memory)\b"
+    r"(?!\s+(?:about|regarding|concerning|on|related|from|in|of|to\s+do)\b(?!\s+(?:me|myself|us)\b))",
     re.IGNORECASE,
 )
+"""A sentence that asks to forget everything: "Please forget everything you know about me",
+"Can you erase all of it?". Not "... forget everything about our old plan" (that names what)."""
+
+
+def erases_everything(own: str) -> bool:
+    """True when one of the sentences of `own` (a user turn's own words,
+    :func:`~app.memory.learning.own_words.own_words`) asks to forget everything: said as such,
+    at the sentence's start, not told or quoted ("the ticket says please forget everything")."""
+    return any(_ERASING.match(s) for s in _CLAUSE.split(own))
+
+
+_CLAUSE = re.compile(r"(?<=[.!?:;])\s+|\n+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _ASKING = re.compile(
     r"(?:what|when|where|which|who|whom|whose|why|how|is|are|am|was|were|do|does|did|can|could|"
