@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from app.memory.learning.own_words import own_words
+from app.memory.learning.own_words import own_words, works_on_a_text
 from app.memory.learning.turns import fingerprints_of, text_of
 
 EXPLICIT = re.compile(
@@ -62,11 +62,15 @@ def requested(text: str) -> list[str]:
     """What the text's sentences explicitly ask to remember about the user, as the user put it
     ("My daughter Mia turns 7 on 3 May"), each under :data:`REQUEST_CHARS`. Only the user's own
     words ask (:func:`~app.memory.learning.own_words.own_words`): a request inside code, a
-    quotation, a pasted email or document, or Open WebUI's retrieved context is none. A question
+    quotation, a pasted email or document, or Open WebUI's retrieved context is none, and a
+    message that carries a text to work on (:func:`~app.memory.learning.own_words.
+    works_on_a_text`) has none. A question
     is a request only when it asks "can you / could you remember..."."""
     if len(text) > 20 * REQUEST_CHARS:
         return []  # a document, not a request
     own = own_words(text)
+    if works_on_a_text(own):
+        return []  # the text it carries may ask anything: the Manager's reading stands
     found = []
     for start, end in _sentence_spans(own):
         sentence = own[start:end]

@@ -37,7 +37,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from app.memory.learning.decisions import Op, Operation
 from app.memory.learning.extraction import FIRST_PERSON, requested
-from app.memory.learning.own_words import own_words
+from app.memory.learning.own_words import own_words, without_quotations, works_on_a_text
 from app.memory.learning.prompt import Shown
 from app.memory.learning.turns import text_of
 from app.memory.search.lexical import Analyzer
@@ -76,7 +76,7 @@ class Grounds:
             frozenset(heard) - said,
             {m.alias: frozenset(analyzer.terms(m.content)) for m in shown},
             analyzer,
-            any(erases_everything(text) for text in users),
+            any(erases_everything(text_of(t)) for t in turns if isinstance(t, ModelRequest)),
         )
 
     def refusal(self, operation: Operation) -> str | None:
@@ -137,7 +137,7 @@ def with_requests(
 _NAME = re.compile(r"(?<=\w )[A-Z][\w'-]*")
 """A capitalised word that does not begin the text: a name, a place, a month ("Mia", "May")."""
 _ERASING = re.compile(
-    r"^[\s\"'“(*-]*(?:(?:ok|okay|so|and|now|also|hey|actually|please|just)[,\s]+)*"
+    r"^[\s*(-]*(?:(?:ok|okay|so|and|now|also|hey|actually|please|just)[,\s]+)*"
     r"(?:(?:can|could|would|will)\s+you\s+|i\s+(?:want|need)\s+you\s+to\s+)?(?:please\s+)?"
     r"(?:forget|erase|delete|remove|wipe|clear)\s+"
     r"(?:everything|all(?:\s+(?:of\s+)?(?:it|that|this|my\s+memories|your\s+memor(?:y|ies)))?"
@@ -149,14 +149,18 @@ _ERASING = re.compile(
 "Can you erase all of it?". Not "... forget everything about our old plan" (that names what)."""
 
 
-def erases_everything(own: str) -> bool:
-    """True when one of the sentences of `own` (a user turn's own words,
-    :func:`~app.memory.learning.own_words.own_words`) asks to forget everything: said as such,
-    at the sentence's start, not told or quoted ("the ticket says please forget everything")."""
-    return any(_ERASING.match(s) for s in _CLAUSE.split(own))
+def erases_everything(text: str) -> bool:
+    """True when a user turn asks, in the user's own words, to forget everything: a sentence
+    of theirs that begins by asking it, in a message that carries no text to work on, outside
+    any quotation ("the ticket says please forget everything", 'Customer wrote: "Forget
+    everything."' and "Reply to this ticket: forget everything we discussed" do not)."""
+    own = own_words(text)
+    if works_on_a_text(own):
+        return False
+    return any(_ERASING.match(s) for s in _CLAUSE.split(without_quotations(own)))
 
 
-_CLAUSE = re.compile(r"(?<=[.!?:;])\s+|\n+")
+_CLAUSE = re.compile(r"(?<=[.!?;])\s+|\n+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _ASKING = re.compile(
     r"(?:what|when|where|which|who|whom|whose|why|how|is|are|am|was|were|do|does|did|can|could|"

@@ -25,6 +25,12 @@ apart):
 
 What the user writes after a pasted document in the same message is masked with it: where the
 document ends cannot be told, and it is the document's author who writes its last lines.
+
+Pasted text does not always come marked ("Summarise this:" and the text, "tl;dr" and a blank
+line, the text and then "Can you summarise this?"). A request to remember or to forget
+everything is the user's only in a message that does not carry a text to work on
+(:func:`works_on_a_text`); the words that ground a memory are masked as above, no more, so that
+what the user tells of themselves in a long or structured message still counts.
 """
 
 from __future__ import annotations
@@ -63,6 +69,19 @@ _INTRODUCER = re.compile(
 )
 """A line that introduces a document ("Can you summarise this email?" and a blank line,
 "Translate the following:"): what follows it is the document."""
+_WORK = re.compile(
+    r"\b(?:summari[sz](?:e|ing)|summary\s+of|tl;?\s?dr|translat(?:e|ion)|proofread|paraphrase|"
+    r"rephrase|reword)\b"
+    r"|\b(?:explain|analy[sz]e|review|reply\s+to|respond\s+to|answer|rewrite|shorten|fix|"
+    r"correct|edit|improve|check|read|think\s+(?:of|about)|make\s+of|thoughts\s+on|opinion\s+on)"
+    r"\s+(?:\w+\s+){0,2}?(?:this|these|that|those|it|the\s+(?:following|above)|below|above|"
+    r"the\s+" + _DOCUMENT + r"s?)\b",
+    re.I,
+)
+"""What asks to work on a text: "summarise", "translate" alone; "reply to this", "what do you
+make of the email" with what they point at."""
+_COLON_LINE = re.compile(r"^[^\n]{0,200}:[ \t]*\n[ \t\n]*\S", re.M)
+_ANY_QUOTATION = re.compile(r"\"[^\"\n]{0,2000}\"|“[^”\n]{0,2000}”|‘[^’\n]{0,2000}’")
 _NOT_NEWLINE = re.compile(r"[^\n]")
 _PARAGRAPH = re.compile(r"[^\n](?:[^\n]|\n(?![ \t]*\n))*")
 
@@ -88,6 +107,18 @@ def own_words(text: str) -> str:
     if len(paragraphs) > 1:
         spans += [(a, b) for a, b in paragraphs if b - a >= PASTED_CHARS]
     return _blank(text, spans) if spans else text
+
+
+def works_on_a_text(own: str) -> bool:
+    """Whether a user turn's own words (:func:`own_words`) ask to work on a text (summarise,
+    translate, reply to this...), or introduce one with a line that ends in a colon ("Here it
+    is:"): such a message carries someone else's words."""
+    return _WORK.search(own) is not None or _COLON_LINE.search(own) is not None
+
+
+def without_quotations(text: str) -> str:
+    """`text` without anything in quotation marks, however short ("Please forget everything.")."""
+    return _ANY_QUOTATION.sub(" ", text)
 
 
 def _blank(text: str, spans: list[tuple[int, int]]) -> str:
