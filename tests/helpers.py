@@ -30,7 +30,7 @@ async def running(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://memproxy.test") as client,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as client,
     ):
         yield client
 

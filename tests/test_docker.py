@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 import uvicorn
 import yaml
@@ -270,6 +271,26 @@ def test_open_webui_talks_to_memproxy_only_and_names_its_users() -> None:
     assert RUNTIME.all("HEALTHCHECK")  # which the image's health check provides
     assert "open-webui:/app/backend/data" in service["volumes"]
     assert interpolated(service["ports"][0]).endswith(":8080")
+
+
+def test_an_open_stack_answers_the_names_open_webui_reaches_it_by() -> None:
+    """Without keys memproxy answers only the names it knows (app/origin_guard.py): the stack
+    names the service and the balancer (which passes the name on), and .env adds to them."""
+    listed = SERVICES["memproxy"]["environment"]["MEMPROXY_ALLOWED_HOSTS"]
+    assert "${MEMPROXY_ALLOWED_HOSTS:-}" in listed  # .env's own list is kept
+    named = listed.replace("${MEMPROXY_ALLOWED_HOSTS:-}", "mem.example")
+    urls = (SERVICES["open-webui"]["environment"]["OPENAI_API_BASE_URL"],
+            scaled_env()["STACK_OPEN_WEBUI_MEMPROXY_URL"])  # fmt: skip
+    hosts = [urlsplit(interpolated(url)).netloc for url in urls]
+    assert hosts == [f"memproxy:{memproxy_port()}", "memproxy-lb:8000"]
+    assert "proxy_set_header Host $host;" in (ROOT / "docker" / "nginx.conf").read_text()
+    for allowed in (interpolated(listed), named):
+        with serve_stack(allowed_hosts=allowed) as stack:
+            for host in [*hosts, "localhost:8000"] + ["mem.example"] * (allowed == named):
+                answered = httpx.get(f"{stack.proxy_url}/v1/memories", headers={"Host": host})
+                assert answered.status_code == 200, (host, answered.text)
+            refused = httpx.get(f"{stack.proxy_url}/v1/memories", headers={"Host": "evil.example"})
+            assert refused.status_code == 421
 
 
 def test_every_named_volume_is_declared_and_every_variable_documented() -> None:

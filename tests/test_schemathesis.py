@@ -94,7 +94,7 @@ def fake_upstream() -> respx.Router:
 def request_of(case: schemathesis.Case) -> dict[str, Any]:
     """The case as httpx arguments; JSON written with ``\\uXXXX`` escapes (as the attack did):
     a generated lone surrogate reaches memproxy as ``"\\ud800"``."""
-    sent = case.as_transport_kwargs(base_url="http://memproxy.test")
+    sent = case.as_transport_kwargs(base_url="http://localhost")
     out: dict[str, Any] = {
         "method": sent["method"],
         "url": sent["url"],
@@ -139,7 +139,7 @@ def served() -> Iterator[tuple[asyncio.Runner, httpx.AsyncClient, dict[str, Any]
     )
     # A 500 is answered, not raised: every failing operation is reported, not just the first.
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    client = httpx.AsyncClient(transport=transport, base_url="http://memproxy.test")
+    client = httpx.AsyncClient(transport=transport, base_url="http://localhost")
     with asyncio.Runner() as runner:
         stack = AsyncExitStack()
         runner.run(stack.enter_async_context(app.router.lifespan_context(app)))
