@@ -113,6 +113,9 @@ class Outcome(StrEnum):
     """The upstream answered an error status or broke off mid-stream."""
     CLIENT_DISCONNECTED = "client_disconnected"
     """The client went away before the end (e.g. Open WebUI's stop button)."""
+    REFUSED = "refused"
+    """A hook's `on_first_byte` refused the answer (e.g. its Manager job could not be written):
+    the client got an error and none of the answer."""
 
 
 class Completion:
@@ -163,7 +166,9 @@ class Preparation:
     on_first_byte: Callable[[], Awaitable[None]] | None = None
     """Awaited just before the answer's first byte is sent to the client: work that must be
     done by the time the client has any of the answer (e.g. the Manager's job, durably). It
-    holds that byte back for as long as it takes: keep it short, and bound it."""
+    holds that byte back for as long as it takes: keep it short, and bound it. Raising a
+    :class:`app.errors.MemproxyError` answers the client that error in place of the answer
+    (:attr:`Outcome.REFUSED`)."""
     reading_body: Awaitable[object] | None = None
     """Work the hook began that still reads the parsed request (e.g. writing the Manager's job
     from its turns): a large body's parsed objects are let go once it is done

@@ -14,22 +14,31 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
 - recall counters are updated after the request, off the hot path;
 - for a chat that may write memories, the exchange's new turns are queued for the Manager
   (durably, in the database, as an awaiting job) while the request is with the upstream, and
-  the answer's first byte waits for that write before it reaches the client (unless the
-  database stays locked beyond ``MEMPROXY_SQLITE_BUSY_TIMEOUT_SECONDS``: then the answer goes
-  on and the job is written when it can); when the response completes the reply is added and
-  the worker woken, and when it fails, or never starts, the job is withdrawn. A write that
-  finds the database locked is retried (:func:`app.memory.store.db.writing`); one that still
-  fails is logged, and the turns, not fingerprinted, go with the conversation's next exchange.
+  the answer's first byte waits for that write before it reaches the client: a client that got
+  an answer has its job. A write the database fails (:func:`app.storage_faults.storage_failure`:
+  restarting, locked beyond patience, full) is tried again, with growing pauses, for up to
+  ``MEMPROXY_JOB_WRITE_TIMEOUT_SECONDS`` from its start, not counting its waits for its turn on
+  a SQLite file another writer holds (:class:`app.storage_faults.WriteBound`: the database
+  answers, busy; they wait as every write does); when it is not written by then, the chat
+  answers 503 ``storage_unavailable`` with ``Retry-After`` and none of the answer (a late
+  write is withdrawn). When the response completes the reply is added and the worker woken,
+  and when it fails, or never starts, the job is withdrawn. A job that cannot be made for
+  another reason (a bug) is logged and the chat goes on: its turns, not fingerprinted, go with
+  the conversation's next exchange. ``X-Memory: read-only`` and ``off`` write no job, and never
+  wait for the database.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import random
 import time
 
 from app.background import BackgroundRunner
 from app.config import Settings
+from app.errors import StorageUnavailable, first_line
 from app.memory.block import BLOCK_START, insert_memory_block, memory_block
 from app.memory.chat.query import recall_query
 from app.memory.learning.extraction import exchange
@@ -41,12 +50,18 @@ from app.memory.service import MemoryService
 from app.metrics import Metrics
 from app.proxy.hooks import Completion, Note, Outcome, Preparation, RequestContext
 from app.proxy.offload import off_loop
+from app.storage_faults import WriteBound, storage_failure
 
 logger = logging.getLogger("memproxy.memory")
 
 INJECTED_HEADER = "X-Memories-Injected"
 JOB: Note[asyncio.Future[str | None]] = Note("memory job")
-"""The write of the request's Manager job, begun in `before_forward`: the job's id, or None."""
+"""The write of the request's Manager job, begun in `before_forward`: the job's id, or None;
+:class:`StorageUnavailable` when the database did not take it in time."""
+FIRST_PAUSE_SECONDS = 0.05
+"""The pause before a failed job write's second try; doubled each time up to
+:data:`MAX_PAUSE_SECONDS`, with jitter (replicas whose writes failed together retry apart)."""
+MAX_PAUSE_SECONDS = 0.5
 
 
 class ChatMemory:
@@ -71,21 +86,9 @@ class ChatMemory:
         self._threshold = settings.relevance_threshold
         self._budget = settings.memory_token_budget
         self._timeout = settings.recall_timeout_seconds
-        self._write_wait = max(1.0, settings.sqlite_busy_timeout_seconds)
+        self._write_seconds = settings.job_write_timeout_seconds
 
     async def before_forward(self, ctx: RequestContext) -> Preparation | None:
-        on_first_byte = None
-        if self._queue is not None and ctx.write_allowed:
-            # The job is written while the upstream thinks (started below, once recall is done,
-            # so the two never compete), and the answer's first byte waits for it: a client
-            # that has its answer has its job in the database (a kill -9 after loses nothing);
-            # an answer that never comes withdraws it (after_response). A write stuck behind a
-            # locked database holds the answer for the busy timeout at most, then lands later.
-            async def on_first_byte() -> None:
-                job = ctx.noted(JOB)
-                if job is not None:
-                    await asyncio.wait({job}, timeout=self._write_wait)  # never cancels it
-
         started = time.perf_counter()
         # A pasted document is searched by its ends, but still read: off the loop when large.
         query = await off_loop(ctx.body_bytes, recall_query, ctx.messages) if self._limit else None
@@ -127,10 +130,19 @@ class ChatMemory:
                 ctx.user_id,
                 " | ".join(f"{h.score:.3f} {h.content}" for h in found),
             )
-        job = None
-        if on_first_byte is not None:
-            job = asyncio.ensure_future(self._prequeue(ctx))
+        job = on_first_byte = None
+        if self._queue is not None and ctx.write_allowed:
+            # The job is written while the upstream thinks (begun once recall is done, so the
+            # two never compete), and the answer's first byte waits for it: a client that has
+            # its answer has its job in the database (a kill -9 after loses nothing); an answer
+            # that never comes withdraws it (after_response).
+            bound = WriteBound(self._write_seconds)
+            job = asyncio.ensure_future(self._prequeue(ctx, bound))
             ctx.note(JOB, job)
+
+            async def on_first_byte() -> None:
+                await _written(job, bound)
+
         return Preparation(
             body=body,
             headers=headers,
@@ -152,7 +164,10 @@ class ChatMemory:
         pending = ctx.noted(JOB)
         if pending is None or self._queue is None:
             return
-        job_id = await pending
+        try:
+            job_id = await pending
+        except StorageUnavailable:
+            return  # never written: the client was answered 503
         if job_id is None:
             return
         if completion.outcome is not Outcome.COMPLETED:
@@ -167,33 +182,75 @@ class ChatMemory:
         if self._worker is not None:
             self._worker.wake()
 
-    async def _prequeue(self, ctx: RequestContext) -> str | None:
-        """Queue the request's new user turns, awaiting the answer; the job's id, or None."""
-        assert self._queue is not None
+    async def _prequeue(self, ctx: RequestContext, bound: WriteBound) -> str | None:
+        """Queue the request's new user turns, awaiting the answer: the job's id, or None (no
+        job to make). A write the database fails is tried again within `bound`; then
+        :class:`StorageUnavailable`."""
+        bound.watch()
         try:
             turns, marks = await off_loop(ctx.body_bytes, _turns, ctx)
-            processed = await self._queue.processed(ctx.user_id, [f for _, f in marks])
-            found = await off_loop(
-                ctx.body_bytes,
-                exchange,
-                turns,
-                processed,
-                threshold=self._threshold_turns,
-                marks=marks,
-            )
-            if found is None:
-                return None
-            queued = await self._queue.enqueue(
-                ctx.user_id, ctx.model, found, interval_seconds=self._interval, awaiting=True
-            )
+            for attempt in itertools.count(1):
+                try:
+                    return await self._queue_turns(ctx, turns, marks)
+                except Exception as exc:
+                    if not storage_failure(exc):
+                        raise
+                    pause = min(MAX_PAUSE_SECONDS, FIRST_PAUSE_SECONDS * 2 ** min(attempt - 1, 8))
+                    pause *= random.uniform(0.5, 1)
+                    if bound.out_of_time(after=pause):
+                        logger.warning(
+                            "the database did not take the Manager's job of request %s in %d "
+                            "tries (%s: %s); the chat is answered 503",
+                            ctx.request_id,
+                            attempt,
+                            type(exc).__name__,
+                            first_line(exc),
+                        )
+                        raise StorageUnavailable() from exc
+                    await asyncio.sleep(pause)
+        except StorageUnavailable:
+            raise
         except Exception:
-            # The turns stay unprocessed and go with the conversation's next exchange.
+            # Not the database's doing (a bug): the chat goes on, and the turns, unprocessed,
+            # go with the conversation's next exchange.
             logger.warning("could not queue the exchange for the manager", exc_info=True)
+        return None
+
+    async def _queue_turns(
+        self, ctx: RequestContext, turns: Turns, marks: list[tuple[int, str]]
+    ) -> str | None:
+        assert self._queue is not None
+        processed = await self._queue.processed(ctx.user_id, [f for _, f in marks])
+        found = await off_loop(
+            ctx.body_bytes,
+            exchange,
+            turns,
+            processed,
+            threshold=self._threshold_turns,
+            marks=marks,
+        )
+        if found is None:
             return None
+        queued = await self._queue.enqueue(
+            ctx.user_id, ctx.model, found, interval_seconds=self._interval, awaiting=True
+        )
         if queued is None:
             return None  # another request of this conversation queued these turns
         self._metrics.jobs_queued.labels("explicit" if found.explicit else "routine").inc()
         return queued.job_id
+
+
+async def _written(job: asyncio.Future[str | None], bound: WriteBound) -> None:
+    """Before the answer's first byte: returns once the job is in the database (or there is
+    none to write); raises :class:`StorageUnavailable` when it is not within `bound`. A write
+    still under way goes on (never cancelled): should it land, the refused exchange withdraws
+    it (`after_response`)."""
+    if not await bound.wait(job) or job.cancelled():
+        logger.warning("the Manager's job was not written in time; the chat is answered 503")
+        raise StorageUnavailable()
+    error = job.exception()
+    if isinstance(error, StorageUnavailable):
+        raise StorageUnavailable() from error
 
 
 def _turns(ctx: RequestContext) -> tuple[Turns, list[tuple[int, str]]]:

@@ -41,6 +41,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 import migrations
+from app.storage_faults import queued, reporting, waiting_turn
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -185,20 +186,25 @@ async def writing(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[A
       is what it writes on, and nothing after the start can be refused;
     - when another process holds the lock beyond the busy timeout, tries again after a short
       pause, for up to ``WRITE_PATIENCE_SECONDS``, instead of failing.
+
+    How it went is reported (``/readyz``), and its waits for its turn are told apart from
+    failures (a chat's job write counts only these against its bound): :mod:`app.storage_faults`.
     """
     bind = sessions.kw.get("bind")
-    if not isinstance(bind, AsyncEngine) or bind.dialect.name != "sqlite":
-        async with sessions.begin() as session:
-            yield session
-        return
-    async with _write_lock(bind), sessions() as session:
-        await _begin_immediate(session)
-        try:
-            yield session
-        except BaseException:
-            await session.rollback()
-            raise
-        await session.commit()
+    with reporting(bind):
+        if not isinstance(bind, AsyncEngine) or bind.dialect.name != "sqlite":
+            async with sessions.begin() as session:
+                yield session
+        else:
+            async with queued(_write_lock(bind)), sessions() as session:
+                with waiting_turn():  # for another process's writer: the database answers, busy
+                    await _begin_immediate(session)
+                try:
+                    yield session
+                except BaseException:
+                    await session.rollback()
+                    raise
+                await session.commit()
 
 
 def insert_for(session: AsyncSession) -> Callable[..., Any]:
@@ -247,8 +253,7 @@ def _write_lock(engine: AsyncEngine) -> asyncio.Lock:
     loop = asyncio.get_running_loop()
     held = _write_locks.get(engine.sync_engine)
     if held is None or held[0] is not loop:
-        held = (loop, asyncio.Lock())
-        _write_locks[engine.sync_engine] = held
+        held = _write_locks[engine.sync_engine] = (loop, asyncio.Lock())
     return held[1]
 
 
