@@ -6,8 +6,12 @@ a header. :class:`GuardedHttpToolsProtocol` caps the head at ``MEMPROXY_MAX_HEAD
 gives up on a head not complete ``MEMPROXY_CLIENT_HEADER_TIMEOUT_SECONDS`` after the connection
 opened or the request began (408; a connection that sent nothing is just closed), and answers
 what uvicorn refuses itself (a malformed request line or header, e.g. a NUL byte in it; more than
-``MEMPROXY_MAX_CONNECTIONS`` at once) in OpenAI's error shape instead of plain text. Request
-bodies are guarded in the app (app.body_guard), so also under any other ASGI server.
+``MEMPROXY_MAX_CONNECTIONS`` requests at once) in OpenAI's error shape instead of plain text.
+Connections with nothing under way (nothing sent yet, or kept alive between requests; never one
+part-way through a head) make room for requests (app.server_connections), and while they crowd
+the cap, keep-alive connections wait ``MEMPROXY_CROWDED_KEEP_ALIVE_SECONDS`` for their next
+request. Request bodies are guarded in the app (app.body_guard), so also under any other
+ASGI server.
 """
 
 from __future__ import annotations
@@ -33,14 +37,15 @@ from app.errors import (
     refusal,
     send_refusal,
 )
+from app.server_connections import ConnectionBook, book_of
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for `uvicorn.run` / `uvicorn.Config` (all but the app and address)."""
     return {
         "http": guarded_protocol(settings),
-        # uvicorn refuses when the open connections, this one included, reach the limit
-        "limit_concurrency": settings.max_connections + 1,
+        # uvicorn's limit counts idle connections too: the protocol counts requests itself
+        "limit_concurrency": None,
         "access_log": False,  # memproxy logs one line per request itself, with its request id
         "server_header": False,
         "log_level": settings.log_level.lower(),
@@ -53,15 +58,22 @@ def guarded_protocol(settings: Settings) -> type[GuardedHttpToolsProtocol]:
     class Protocol(GuardedHttpToolsProtocol):
         max_head_bytes = settings.max_header_bytes
         head_timeout = settings.client_header_timeout_seconds
+        max_connections = settings.max_connections
+        crowded_keep_alive = settings.crowded_keep_alive_seconds
 
     return Protocol
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, with a bounded head and OpenAI-shaped refusals."""
+    """uvicorn's httptools protocol, with a bounded head, OpenAI-shaped refusals, and a cap on
+    requests served at once that idle connections do not fill."""
 
     max_head_bytes: ClassVar[int] = 64 * 1024
     head_timeout: ClassVar[float] = 10.0
+    max_connections: ClassVar[int] = 1000
+    crowded_keep_alive: ClassVar[float] = 1.0
+    """The keep-alive timeout while connections crowd the cap (else uvicorn's)."""
+    _book: ConnectionBook
     _reading: Literal["idle", "head", "body"] = "idle"
     """Where the parser is: between requests, in a request's head, in its body."""
     _head_bytes = 0
@@ -72,11 +84,23 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._book = book_of(self.server_state, self.max_connections)
+        self._book.opened(self, self.loop.time())
         self._start_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._book.closed(self)
         self._stop_head_timer()
         super().connection_lost(exc)
+
+    def drop(self) -> None:
+        """Close this connection to make room for a request (nothing is under way on it)."""
+        self._stop_head_timer()
+        self.transport.close()
+
+    def handle_websocket_upgrade(self) -> None:
+        self._book.closed(self)  # handed to another protocol: uvicorn stops counting it too
+        super().handle_websocket_upgrade()
 
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing():  # refused: what the client still sends is not read
@@ -96,6 +120,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._reading = "head"
+        self._book.begun(self)  # under way: bounded by the head timer, not closed for room
         self._start_head_timer()
 
     def on_headers_complete(self) -> None:
@@ -107,11 +132,31 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if size > self.max_head_bytes:
             self._refusal = _too_large(self.max_head_bytes)
             raise self._refusal  # stops the parser: data_received answers with send_400_response
+        # uvicorn refuses when its limit is reached (limit_concurrency is None otherwise): the
+        # requests being served count, not the connections open
+        over = len(self.tasks) >= self.max_connections
+        self.limit_concurrency = 0 if over else None
+        # a request served beyond the cap closes the connection idle the longest
+        self._book.serving(self, self.loop.time(), make_room=not over)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._reading = "idle"
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.timeout_keep_alive_task is None:  # closing, or a pipelined request is served
+            return
+        if self._reading == "head":  # a pipelined head came in part: the head timer bounds it
+            self._unset_keepalive_if_required()
+            return
+        self._book.idle(self)  # kept alive, waiting for the next request
+        if self._book.crowded:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.crowded_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def send_400_response(self, msg: str) -> None:
         """What uvicorn answers a request the parser refuses: here in OpenAI's shape."""
