@@ -26,7 +26,9 @@ exit 2 naming the path they looked at, rather than report an empty new one.
 The memory, users, jobs and index commands take ``--json``: machine output alone on stdout.
 
 A bad setting, or a database that cannot be opened, is one line each on stderr and exit status 2,
-for every command (caught in :func:`main`, nowhere else).
+for every command (caught in :func:`main`, nowhere else); so is an embedding-model export in the
+cache that is damaged and cannot be made again (it is made again when it can), for `serve` where
+its app loads the model (:func:`app.main.create_served_app`).
 
 Each command imports what it needs when it runs (uvicorn, the memory stack, httpx): `memproxy
 ready` is the container's health check, run every 30 s, and starts in ~0.5 s instead of ~2 s.
@@ -45,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import DBAPIError
 
 from app.config import Settings
+from app.memory.search.onnx_cache import DamagedExport
 from app.settings_errors import ConfigError, load_settings, unknown_settings
 
 if TYPE_CHECKING:
@@ -64,6 +67,9 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
         for line in exc.lines:
             print(f"memproxy: {line}", file=sys.stderr)
         _warn_unknown()  # a misspelt name may be the very cause
+        return 2
+    except DamagedExport as exc:  # `model prepare`, or a memory command loading the model
+        print(f"memproxy: {exc}", file=sys.stderr)
         return 2
 
 
@@ -115,9 +121,9 @@ def _database_command(
 ) -> int:
     if args.command == "db":
         asyncio.run(_upgrade(settings))
-        from app.startup import redact
+        from app.log import mask_url
 
-        print(f"database at the newest schema: {redact(settings.database_url)}")
+        print(f"database at the newest schema: {mask_url(settings.database_url)}")
         return 0
     from app import cli_memory
 
@@ -137,9 +143,9 @@ def _source(args: argparse.Namespace) -> str:
 
 def _check_database(args: argparse.Namespace, settings: Settings, *, create: bool) -> str:
     """Fail with one line when the database cannot be opened (or, unless `create`, is missing);
-    else what to call it: the SQLite file, or the URL with its password masked."""
+    else what to call it: the SQLite file, or the URL with its password and query values masked."""
+    from app.log import mask_url
     from app.memory.store.db import DatabaseUnavailable, check_database
-    from app.startup import redact
 
     source = _source(args)
     try:
@@ -153,7 +159,7 @@ def _check_database(args: argparse.Namespace, settings: Settings, *, create: boo
         raise ConfigError(
             [f"cannot open the database at {exc.path} ({source}): {exc.reason}"]
         ) from None
-    return str(path or redact(settings.database_url))
+    return str(path or mask_url(settings.database_url))
 
 
 def _serve(settings: Settings) -> int:
@@ -161,6 +167,8 @@ def _serve(settings: Settings) -> int:
 
     from app.server import uvicorn_options  # header and connection limits, slow clients
 
+    # The factory loads the embedder before uvicorn prints a line: an export that is damaged
+    # and cannot be made again ends the start there, in one line with status 2.
     uvicorn.run(
         "app.main:create_served_app",
         factory=True,

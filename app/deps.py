@@ -132,6 +132,7 @@ def chat_user(services: Services, request: Request, key: ApiKey | None) -> str:
         key,
         require_user=settings.require_user,
         jwt_secret=token_secret(settings),
+        jwt_max_lifetime=settings.openwebui_jwt_max_lifetime_seconds,
         unbound_names_users=settings.unbound_keys_name_users,
     )
 

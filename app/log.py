@@ -29,7 +29,6 @@ import re
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -148,14 +147,67 @@ def configure_logging(level: str, log_format: str = "text") -> None:
 
 
 def mask_url(url: str) -> str:
-    """`url` fit for a log line or an error message: a password in it is replaced by ``***``,
-    and so is a user name that comes alone (``https://TOKEN@host``: often a key, not a name)."""
-    try:
-        parts = urlsplit(url)
-        if "@" not in parts.netloc:
-            return url
-        host = parts.netloc.rsplit("@", 1)[1]
-        user = "***" if parts.password is None else f"{parts.username or ''}:***"
-        return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
-    except ValueError:  # not a URL urllib parses (a bad port): show its scheme only
-        return url.split(":", 1)[0] + ":..."
+    """`url` fit for a log line, an error message or a page: the password of its user info is
+    replaced by ``***``, and so is a user name that comes alone (``https://TOKEN@host``: often a
+    key, not a name); so is every query value (``?key=***&api-version=***``: Google's and
+    Azure's keys travel there) and the fragment. The one masking helper: every URL memproxy
+    shows goes through it.
+
+    It never fails, and it leans to hiding: a password with ``/``, ``?`` or ``#`` left
+    unescaped (``user:pa/ss@host``, which SQLAlchemy reads so) is masked whole."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:  # a bad setting may lack its scheme: the same rules for what remains
+        scheme, rest = "", url
+    shown = scheme + sep
+    end = next((i for i, char in enumerate(rest) if char in "/?#"), len(rest))
+    at = rest.rfind("@", 0, end)
+    if at < 0 and (password := _unescaped_password(rest, end)) is not None:
+        at = password
+    if at >= 0:
+        user, colon, _ = rest[:at].partition(":")
+        shown += (f"{user}:***" if colon else "***") + "@"
+        rest = rest[at + 1 :]
+    rest, hash_sign, fragment = rest.partition("#")
+    rest, question, query = rest.partition("?")
+    if query:
+        query = "&".join(_masked_pair(pair) for pair in query.split("&"))
+    return shown + rest + question + query + hash_sign + ("***" if fragment else "")
+
+
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+_AFTER_URL = ".,;:!?)]}"
+"""Punctuation that ends a sentence or a bracket rather than the URL before it."""
+
+
+def mask_urls_in(text: str) -> str:
+    """`text` (free text: an error, a reason) with every URL in it (``scheme://...``: http(s),
+    a database's) masked by :func:`mask_url`. For texts written before they were masked: a
+    job's error stored by an older version names the Manager's URL as it was set."""
+
+    def masked(match: re.Match[str]) -> str:
+        url = match.group()
+        kept = url.rstrip(_AFTER_URL)
+        return mask_url(kept) + url[len(kept) :]
+
+    return _URL_IN_TEXT.sub(masked, text) if "://" in text else text
+
+
+_PORT = re.compile(r"\d*(?:[/?#]|$)")
+
+
+def _unescaped_password(rest: str, end: int) -> int | None:
+    """Where the user info ends in ``user:pa/ss@host`` (the `@` after the first `:`), or None
+    when the text after the `:` is a port (``host:8080/v1?mail=a@b``). Digits then `/` are a
+    port only when the `@` is in the query: ``user:12/ss@host`` is a password."""
+    colon, at = rest.find(":"), rest.find("@")
+    if rest.startswith("[") or not 0 <= colon < end or at < colon:
+        return None
+    query = rest.find("?")
+    return None if _PORT.match(rest, colon + 1) and 0 <= query < at else at
+
+
+def _masked_pair(pair: str) -> str:
+    name, equals, value = pair.partition("=")
+    if not equals:
+        return "***" if name else name  # a bare value (`?TOKEN`) is a value
+    return f"{name}={'***' if value else ''}"

@@ -14,12 +14,13 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, NoReturn, get_args, get_origin
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from app.config import Settings
+from app.log import mask_url
 
 PREFIX = "MEMPROXY_"
 SECRET_WORDS = ("key", "secret", "password")
@@ -53,11 +54,16 @@ def settings_or_exit() -> Settings:
     try:
         return load_settings()
     except ConfigError as exc:
-        for line in exc.lines:
-            print(f"memproxy: {line}", file=sys.stderr)
-        for warning in unknown_settings():  # a misspelt name may be the very cause
-            print(f"memproxy: warning: {warning}", file=sys.stderr)
-        raise SystemExit(2) from None
+        # a misspelt name may be the very cause
+        exit_start([*exc.lines, *(f"warning: {w}" for w in unknown_settings())])
+
+
+def exit_start(lines: Sequence[str]) -> NoReturn:
+    """End a start that cannot go on, before the server has printed anything (uvicorn runs the
+    factory first): `lines` on stderr, each as ``memproxy: ...``, and status 2."""
+    for line in lines:
+        print(f"memproxy: {line}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def describe(exc: ValidationError) -> list[str]:
@@ -82,20 +88,10 @@ def _shown(field: str, value: Any) -> str:
     if any(word in field for word in SECRET_WORDS):  # keys and secrets are never echoed
         return "'***' (hidden)"
     value = str(value)
-    if field.endswith("_url"):
-        value = _without_credentials(value)
+    if field.endswith("_url"):  # a bad URL may still carry a password (or lack only its scheme)
+        value = mask_url(value)
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "...'"
-
-
-def _without_credentials(url: str) -> str:
-    """`url` with whatever precedes its last `@` masked: a bad URL may still carry a password
-    (`admin:hunter2@host/v1` lacks only its scheme), and it cannot be parsed to find it."""
-    head, at, tail = url.rpartition("@")
-    if not at:
-        return url
-    scheme, sep, _ = head.partition("://")
-    return f"{scheme}://***@{tail}" if sep else f"***@{tail}"
 
 
 def _expected(field: str, error: ErrorDetails) -> str:

@@ -10,7 +10,6 @@ import logging
 
 import httpx
 import orjson
-from sqlalchemy.engine import make_url
 
 from app import __version__
 from app.config import Settings
@@ -22,10 +21,14 @@ from app.proxy.upstream import Upstream
 logger = logging.getLogger("memproxy")
 
 CHECK_TIMEOUT_SECONDS = 5.0
+MIN_SECRET_BYTES = 32
+"""Shorter ``MEMPROXY_OPENWEBUI_JWT_SECRET``s are warned about (RFC 7518: an HS256 key has at
+least 256 bits)."""
 
 
 def summary(settings: Settings, *, embedding_model: str, keys: int) -> list[str]:
-    """The start-up lines (no secrets: passwords in URLs and every key are left out)."""
+    """The start-up lines (no secrets: passwords and query values in URLs and every key are
+    left out)."""
     listen = f"http://{settings.host}:{settings.port}"
     if settings.upstream_api_key is not None:
         upstream_key = "MEMPROXY_UPSTREAM_API_KEY"
@@ -40,7 +43,7 @@ def summary(settings: Settings, *, embedding_model: str, keys: int) -> list[str]
     return [
         f"memproxy {__version__} listening on {listen} (OpenAI base URL: {listen}/v1)",
         f"upstream: {mask_url(settings.upstream_base_url)} (key sent: {upstream_key})",
-        f"database: {redact(settings.database_url)}",
+        f"database: {mask_url(settings.database_url)}",
         f"embedding model: {settings.embedding_model or 'all-MiniLM-L6-v2 (bundled)'} "
         f"(vectors {embedding_model}; int8 embeds: {settings.embedding_quantize}, "
         f"exports in {settings.embedding_cache_dir})",
@@ -49,17 +52,9 @@ def summary(settings: Settings, *, embedding_model: str, keys: int) -> list[str]
     ]
 
 
-def redact(url: str) -> str:
-    """`url` with its password masked (a database URL may carry one)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy parses: show its scheme only
-        return url.split(":", 1)[0] + ":..."
-
-
 def report(settings: Settings, *, embedding_model: str, keys: int) -> None:
     """Log :func:`summary`, then warn about an open server, about keys that may name any user,
-    and about upstream certificates left unchecked."""
+    about a short Open WebUI secret and about upstream certificates left unchecked."""
     for line in summary(settings, embedding_model=embedding_model, keys=keys):
         logger.info("%s", line)
     if keys == 0:
@@ -69,6 +64,18 @@ def report(settings: Settings, *, embedding_model: str, keys: int) -> None:
             "MEMPROXY_API_KEYS is empty: anyone who can reach this server can use it%s; set "
             "keys before exposing it beyond this machine",
             who,
+        )
+    secret = token_secret(settings)
+    if secret is not None and len(secret.encode()) < MIN_SECRET_BYTES:
+        # HS256: one token captured is enough to guess a short secret offline, and then to sign
+        # tokens for any user.
+        logger.warning(
+            "MEMPROXY_OPENWEBUI_JWT_SECRET is %d bytes: a secret under %d bytes can be guessed "
+            "from one token, and then anyone can sign tokens for any user; use 32 or more random "
+            "bytes (openssl rand -hex 32), the same as Open WebUI's "
+            "FORWARD_USER_INFO_HEADER_JWT_SECRET",
+            len(secret.encode()),
+            MIN_SECRET_BYTES,
         )
     if not settings.upstream_verify:
         logger.warning(

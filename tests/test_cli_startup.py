@@ -54,8 +54,12 @@ def test_a_bad_setting_is_one_line_naming_the_variable(
 @pytest.mark.parametrize(
     ("variable", "value", "shown"),
     [
-        ("MEMPROXY_UPSTREAM_BASE_URL", "admin:hunter2@ollama:11434/v1", "***@ollama:11434/v1"),
-        ("MEMPROXY_MANAGER_BASE_URL", "ftp://u:hunter2@h/v1", "ftp://***@h/v1"),
+        (
+            "MEMPROXY_UPSTREAM_BASE_URL",
+            "admin:hunter2@ollama:11434/v1",
+            "admin:***@ollama:11434/v1",
+        ),
+        ("MEMPROXY_MANAGER_BASE_URL", "ftp://u:hunter2@h/v1", "ftp://u:***@h/v1"),
     ],
 )
 def test_a_bad_url_setting_never_shows_its_password(

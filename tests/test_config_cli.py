@@ -159,7 +159,11 @@ def test_first_start_says_one_line_per_model_export(
     """`make run` printed the same "exporting ... (once)" twice: fp32 and int8 are two exports."""
     from app.memory.search import embedder, onnx_model
 
-    monkeypatch.setattr(onnx_model, "_export", lambda source, target, quantize: target.touch())
+    def export(source: Path, target: Path, quantize: bool) -> None:  # a whole one, manifest too
+        target.write_bytes(b"onnx")
+        target.with_suffix(".json").write_text('{"dim": 4, "max_tokens": 8, "onnx_bytes": 4}')
+
+    monkeypatch.setattr(onnx_model, "_export", export)
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append  # type: ignore[method-assign]

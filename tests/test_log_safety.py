@@ -18,7 +18,6 @@ from app import startup
 from app.config import Settings
 from app.log import RequestIdFilter, TextFormatter, configure_logging, mask_url
 from app.main import create_app
-from app.startup import redact
 from tests.fakes import FakeEmbedder
 from tests.helpers import chat_body, completion_json, free_port, running
 from tests.log_capture import build, capture, log_fixture  # noqa: F401 (the `log` fixture)
@@ -31,8 +30,9 @@ async def test_client_input_cannot_forge_a_log_line(
     upstream: respx.Router, log: io.StringIO, monkeypatch: pytest.MonkeyPatch, log_format: str
 ) -> None:
     """A path with %0d%0a and a forged access line after it, a user id with C1 line breaks (NEL,
-    U+2028; a UTF-8 header and a body `user`): each request is exactly one line, the controls
-    escaped (text) or JSON-escaped (json), and `splitlines()`, which breaks at NEL too, agrees."""
+    U+2028; a UTF-8 header and a body `user`, refused as user ids since issue 23): each request
+    is exactly one line, the controls escaped (text) or JSON-escaped (json), and `splitlines()`,
+    which breaks at NEL too, agrees."""
     upstream.post("/chat/completions").respond(json=completion_json())
     app = build(upstream, log_format=log_format)
     capture(log, monkeypatch)
@@ -43,9 +43,9 @@ async def test_client_input_cannot_forge_a_log_line(
         headers = {"X-User-Id": nel_user.encode()}
         assert (
             await client.post("/v1/memories", json={"content": "x"}, headers=headers)
-        ).status_code == 201
+        ).status_code == 400
         body = chat_body(user="bob\u2028" + FORGED)
-        assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+        assert (await client.post("/v1/chat/completions", json=body)).status_code == 400
     lines = log.getvalue().splitlines()
     access = [line for line in lines if "memproxy.access" in line]
     assert len(access) == 3, lines
@@ -55,11 +55,10 @@ async def test_client_input_cannot_forge_a_log_line(
         paths = [r["path"] for r in records if r["logger"] == "memproxy.access"]
         assert paths[0] == "/nothing\r\n" + FORGED + "\n\x1b[2J\x7f\x85"
         users = [r["user"] for r in records if r["logger"] == "memproxy.access"]
-        assert users[1:] == [nel_user, "bob\u2028" + FORGED]
+        assert users[1:] == [None, None]  # refused before any user was named
     else:  # the path as sent (encoded: a decoded space would fake a field), users quoted
         assert f" GET {path} 404 " in access[0]
-        assert f'user="ann\\x85{FORGED}" kind=-' in access[1]
-        assert f'user="bob\\u2028{FORGED}" kind=chat' in access[2]
+        assert all(" 400 " in line and "user=- " in line for line in access[1:])
 
 
 def test_the_text_format_keeps_the_traceback_and_escapes_the_rest() -> None:
@@ -103,10 +102,11 @@ async def test_a_user_id_cannot_fake_fields_of_the_text_access_line(
 
 
 def test_database_passwords_are_never_shown() -> None:
-    shown = redact("postgresql+asyncpg://memproxy:hunter2@db:5432/memproxy")
+    shown = mask_url("postgresql+asyncpg://memproxy:hunter2@db:5432/memproxy")
     assert "hunter2" not in shown and shown.startswith("postgresql+asyncpg://memproxy:***@db")
     assert (
-        redact("sqlite+aiosqlite:///./data/memproxy.db") == "sqlite+aiosqlite:///./data/memproxy.db"
+        mask_url("sqlite+aiosqlite:///./data/memproxy.db")
+        == "sqlite+aiosqlite:///./data/memproxy.db"
     )
 
 

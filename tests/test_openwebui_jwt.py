@@ -5,6 +5,7 @@ name nobody. Tokens are minted as Open WebUI mints them (backend/open_webui/util
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -197,3 +198,44 @@ async def test_without_the_secret_nothing_changes(
     # a token is not read (nor checked) when memproxy has no secret to check it with
     assert await user_of(client, hooks, **{TOKEN: mint("dora")}) == "anonymous"
     assert await user_of(client, hooks, **{TOKEN: "garbage"}) == "anonymous"
+
+
+@pytest.mark.parametrize(
+    "minted",
+    [
+        lambda now: mint(exp=253402300799),  # 9999-12-31
+        lambda now: mint(lifetime=86400 + 3600),  # a day and an hour
+        lambda now: mint(iat=None, exp=now + 2 * 86400),  # no `iat`: counted from now
+        lambda now: mint(issued=0, lifetime=now + 60),  # issued in 1970, valid a minute more
+    ],
+    ids=["year-9999", "over-a-day", "no-iat", "issued-long-ago"],
+)
+async def test_a_token_living_longer_than_the_cap_is_refused(
+    make_client: AppClientFactory, route: respx.Route, minted: Callable[[int], str]
+) -> None:
+    """Open WebUI's tokens live 300 s (FORWARD_USER_INFO_HEADER_JWT_EXPIRES_SECONDS); one that
+    lives for years is a leaked key. The cap is a day unless set. (Minted when the test runs:
+    the last two are valid for a minute or two from now.)"""
+    token = minted(int(time.time()))
+    client = await make_client(openwebui_jwt_secret=SECRET)
+    error = assert_openai_error(
+        await chat(client, **{TOKEN: token}), 401, param="X-OpenWebUI-User-Jwt"
+    )
+    assert error["code"] == "invalid_user_token"
+    assert "MEMPROXY_OPENWEBUI_JWT_MAX_LIFETIME_SECONDS (86400)" in error["message"]
+    assert "lives" in error["message"]
+    memory_api = await client.get("/v1/memories", headers={TOKEN: token})
+    assert assert_openai_error(memory_api, 401)["code"] == "invalid_user_token"
+    assert not route.calls
+
+
+async def test_the_lifetime_cap_is_a_setting(
+    make_client: AppClientFactory, route: respx.Route
+) -> None:
+    hooks = RecordingHooks()
+    client = await make_client(
+        hooks=hooks, openwebui_jwt_secret=SECRET, openwebui_jwt_max_lifetime_seconds=600
+    )
+    assert await user_of(client, hooks, **{TOKEN: mint(lifetime=300)}) == "ann"  # Open WebUI's
+    error = assert_openai_error(await chat(client, **{TOKEN: mint(lifetime=3600)}), 401)
+    assert "MEMPROXY_OPENWEBUI_JWT_MAX_LIFETIME_SECONDS (600)" in error["message"]

@@ -133,3 +133,23 @@ def test_unbound_keys_that_may_name_users_are_warned_about_at_start(
     )
     assert "MEMPROXY_UNBOUND_KEYS_NAME_USERS=false" in line
     assert "MEMPROXY_OPENWEBUI_JWT_SECRET" in line and "sk-" not in line
+
+
+@pytest.mark.parametrize(("secret", "warned"), [("abc", True), ("s" * 31, True),
+                                                ("s" * 32, False), (None, False)])  # fmt: skip
+def test_a_short_open_webui_secret_is_warned_about_at_start(
+    log: io.StringIO, monkeypatch: pytest.MonkeyPatch, secret: str | None, warned: bool
+) -> None:
+    """HS256 with a short secret can be brute-forced offline from one token: then anyone signs
+    tokens for any user."""
+    configure_logging("INFO", "text")
+    capture(log, monkeypatch)
+    startup.report(make_settings(openwebui_jwt_secret=secret), embedding_model="fake", keys=0)
+    lines = [line for line in log.getvalue().splitlines() if "JWT_SECRET is" in line]
+    if not warned:
+        assert lines == []
+        return
+    (line,) = lines
+    assert " WARNING memproxy " in line and secret not in line
+    assert f"MEMPROXY_OPENWEBUI_JWT_SECRET is {len(secret or '')} bytes" in line
+    assert "32" in line and "openssl rand -hex 32" in line

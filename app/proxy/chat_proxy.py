@@ -44,6 +44,7 @@ class ChatProxy:
         self._task_header = settings.task_header
         self._require_user = settings.require_user
         self._jwt_secret = token_secret(settings)
+        self._jwt_max_lifetime = settings.openwebui_jwt_max_lifetime_seconds
         self._unbound_names_users = settings.unbound_keys_name_users
 
     async def chat(self, request: Request, key: ApiKey | None, request_id: str) -> Response:
@@ -76,6 +77,7 @@ class ChatProxy:
             key,
             require_user=self._require_user,
             jwt_secret=self._jwt_secret,
+            jwt_max_lifetime=self._jwt_max_lifetime,
             unbound_names_users=self._unbound_names_users,
         )
         ctx = RequestContext(

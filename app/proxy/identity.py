@@ -16,19 +16,20 @@ then it is ``anonymous`` (401 with ``MEMPROXY_REQUIRE_USER``), an identity heade
 refused (403 ``unbound_key``) and the body's ``user`` is only forwarded, as with a bound key.
 
 Identity headers are read as UTF-8 (``X-User-Id: José`` names the same user as the body's
-``"user": "José"``); bytes that are not UTF-8 are refused (400 naming the header).
+``"user": "José"``); bytes that are not UTF-8 are refused (400 naming the header). Every user id,
+wherever it comes from, is put in NFC, and one with invisible characters or letters of scripts
+that pass for each other is refused (400 ``invalid_user``): :mod:`app.proxy.user_ids`.
 
 With ``MEMPROXY_OPENWEBUI_JWT_SECRET`` set, anyone who can reach memproxy can no longer name a
 user: the user comes only from the HS256 token Open WebUI signs with the same secret
-(``FORWARD_USER_INFO_HEADER_JWT_SECRET``) and sends in ``X-OpenWebUI-User-Jwt``, with claims
-``sub`` (the user id), ``email``, ``name``, ``role``, ``iss`` = ``open-webui``, ``iat`` and
-``exp``. Then:
+(``FORWARD_USER_INFO_HEADER_JWT_SECRET``) and sends in ``X-OpenWebUI-User-Jwt``. Then:
 
 - a plain identity header (any of ``MEMPROXY_USER_ID_HEADERS``) is refused (401
   ``unsigned_user_header``): Open WebUI sends those instead of the token when it could not sign
   one, and anyone else could send them for any user;
-- a token with a bad signature, another issuer, no or a past ``exp`` (30 s leeway for clock
-  skew), or no ``sub`` is refused (401 ``invalid_user_token``);
+- a token that is not valid (a bad signature, another issuer, expired, living beyond
+  ``MEMPROXY_OPENWEBUI_JWT_MAX_LIFETIME_SECONDS``, no ``sub``...: :mod:`app.proxy.user_token`)
+  is refused (401 ``invalid_user_token``);
 - a bound key still acts as its user; a valid token naming someone else is refused (403), as a
   header would be;
 - the body's ``user`` is never an identity claim (the client writes it); with no token and no
@@ -41,19 +42,23 @@ import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 
-import jwt
-
 from app.config import ApiKey, Settings
 from app.errors import AuthenticationFailed, InvalidRequest, PermissionDenied, UserRequired
+from app.proxy.user_ids import (
+    MAX_USER_ID_LENGTH,
+    UserIdRefused,
+    normal_user_id,
+    stored_user_id,
+)
+from app.proxy.user_token import (
+    USER_TOKEN_HEADER,
+    USER_TOKEN_MAX_LIFETIME_SECONDS,
+    bad_token,
+    token_subject,
+)
 from app.schemas.openai import EndUser
 
 ANONYMOUS = "anonymous"
-MAX_USER_ID_LENGTH = 256
-USER_TOKEN_HEADER = "X-OpenWebUI-User-Jwt"
-"""Open WebUI's default FORWARD_USER_INFO_HEADER_JWT."""
-USER_TOKEN_ISSUER = "open-webui"
-USER_TOKEN_LEEWAY_SECONDS = 30
-"""Clock skew allowed between Open WebUI and memproxy on ``exp`` and ``iat``."""
 
 
 class Authenticator:
@@ -115,12 +120,16 @@ def resolve_user(
     *,
     require_user: bool,
     jwt_secret: str | None = None,
+    jwt_max_lifetime: float = USER_TOKEN_MAX_LIFETIME_SECONDS,
     unbound_names_users: bool = True,
 ) -> str:
     """Apply the precedence in the module docstring. `headers` are Starlette's (latin-1 text of
     the bytes received)."""
     if jwt_secret is not None:
-        return _signed_user(headers, header_names, key, jwt_secret, require_user=require_user)
+        return _signed_user(
+            headers, header_names, key, jwt_secret,
+            require_user=require_user, max_lifetime=jwt_max_lifetime,
+        )  # fmt: skip
     header_user = named_by = None
     for name in header_names:
         header_user = clean_user_id(header_text(headers, name), name)
@@ -180,6 +189,7 @@ def _signed_user(
     secret: str,
     *,
     require_user: bool,
+    max_lifetime: float,
 ) -> str:
     for name in header_names:
         if (headers.get(name) or "").strip():
@@ -191,7 +201,7 @@ def _signed_user(
                 code="unsigned_user_header",
             )
     token = (headers.get(USER_TOKEN_HEADER) or "").strip()
-    token_user = verify_user_token(token, secret) if token else None
+    token_user = verify_user_token(token, secret, max_lifetime=max_lifetime) if token else None
     if key is not None and key.user_id is not None:
         _check_bound(key.user_id, token_user, USER_TOKEN_HEADER)
         return key.user_id
@@ -204,42 +214,16 @@ def _signed_user(
     )
 
 
-def verify_user_token(token: str, secret: str) -> str:
-    """The user id (``sub``) of a valid Open WebUI user token; 401 ``invalid_user_token`` else."""
-    try:
-        claims = jwt.decode(
-            token,
-            secret,
-            algorithms=["HS256"],  # what Open WebUI signs with; never what the token says
-            issuer=USER_TOKEN_ISSUER,
-            leeway=USER_TOKEN_LEEWAY_SECONDS,
-            options={"require": ["exp", "iss", "sub"]},
-        )
-    except jwt.ExpiredSignatureError:
-        raise _bad_token("it has expired") from None
-    except jwt.ImmatureSignatureError:
-        raise _bad_token("it is not valid yet (check both machines' clocks)") from None
-    except jwt.InvalidSignatureError:
-        raise _bad_token("its signature does not match MEMPROXY_OPENWEBUI_JWT_SECRET") from None
-    except jwt.InvalidIssuerError:
-        raise _bad_token(f"its issuer is not {USER_TOKEN_ISSUER!r}") from None
-    except jwt.MissingRequiredClaimError as exc:
-        raise _bad_token(f"it has no {exc.claim!r} claim") from None
-    except jwt.InvalidTokenError as exc:
-        raise _bad_token(f"it is malformed ({exc})") from None
-    subject = claims.get("sub")
-    user = clean_user_id(subject, USER_TOKEN_HEADER) if isinstance(subject, str) else None
+def verify_user_token(
+    token: str, secret: str, *, max_lifetime: float = USER_TOKEN_MAX_LIFETIME_SECONDS
+) -> str:
+    """The user id of a valid Open WebUI user token (:mod:`app.proxy.user_token`); 401
+    ``invalid_user_token`` else."""
+    subject = token_subject(token, secret, max_lifetime=max_lifetime)
+    user = clean_user_id(subject, USER_TOKEN_HEADER)
     if not user:
-        raise _bad_token("its 'sub' claim names no user")
+        raise bad_token("its 'sub' claim names no user")
     return user
-
-
-def _bad_token(why: str) -> AuthenticationFailed:
-    return AuthenticationFailed(
-        f"the {USER_TOKEN_HEADER} user token is not valid: {why}",
-        param=USER_TOKEN_HEADER,
-        code="invalid_user_token",
-    )
 
 
 def _check_bound(bound: str, named: str | None, where: str) -> None:
@@ -257,14 +241,19 @@ def _nobody(require_user: bool, message: str) -> str:
     return ANONYMOUS
 
 
-def clean_user_id(value: str | None, where: str) -> str | None:
+def clean_user_id(value: str | None, where: str, *, as_stored: bool = False) -> str | None:
+    """The user id `value` names, in the one form two ids that look alike share
+    (:func:`app.proxy.user_ids.normal_user_id`; `as_stored`: exactly as given, to reach a user
+    stored before ids were normalised, :func:`~app.proxy.user_ids.stored_user_id`); None when
+    it is empty; 400 ``invalid_user`` naming `where` and why when it cannot be one."""
     if value is None:
         return None
-    value = value.strip()
-    if len(value) > MAX_USER_ID_LENGTH or any(ord(c) < 32 or ord(c) == 127 for c in value):
+    try:
+        return (stored_user_id if as_stored else normal_user_id)(value) or None
+    except UserIdRefused as exc:
         raise InvalidRequest(
-            f"user id in {where} must be at most {MAX_USER_ID_LENGTH} printable characters",
+            f"the user id in {where} {exc}: user ids are at most {MAX_USER_ID_LENGTH} "
+            "printable characters, with no invisible ones, in one script",
             param=where,
             code="invalid_user",
-        )
-    return value or None
+        ) from None

@@ -11,43 +11,26 @@ when the upstream breaks off mid-stream the client's last event is whole and the
 ``data: {"error": ...}`` event memproxy adds is readable. A copy of the bytes (capped) is kept
 for the completion hook, which reads the assistant's text from it after the response is done.
 
-A body that breaks off (a short Content-Length, broken chunks, a read timeout) never reaches the
-client as a complete answer: before any of it was sent, the client gets a 502 (504 for a timeout);
-after, the response is left unfinished (SSE: after a final error event), so the server drops the
-connection and the client's HTTP library reports the failure. An upstream error status is relayed
-with its ``Retry-After`` and rate-limit headers.
-
-An exchange that fails on the upstream's side is logged once, at WARNING, with the upstream URL
-(password masked), the status answered and the cause: an answer of 5xx (unreachable: 502,
-timeout: 504, or the upstream's own 5xx), or a body broken off mid-way.
+A body that breaks off never reaches the client as a complete answer, and an exchange that fails
+on the upstream's side is logged once: :mod:`app.proxy.relay_failures`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.errors import (
-    MemproxyError,
-    UpstreamStatusError,
-    UpstreamTimeout,
-    UpstreamUnreachable,
-    error_body,
-)
-from app.log import mask_url
+from app.errors import MemproxyError, UpstreamStatusError
 from app.proxy.hooks import Outcome
+from app.proxy.relay_failures import cause_of, error_event, log_failure, send_error, send_json
 from app.proxy.upstream import Upstream
-
-logger = logging.getLogger("memproxy.upstream")
 
 MAX_CAPTURE_BYTES = 8 * 1024 * 1024
 """Most bytes of a response kept for the completion hook; beyond it the copy is cut."""
@@ -59,9 +42,11 @@ FinishCallback = Callable[[Outcome, int, list[bytes]], None]
 
 class ProxyResponse(Response):
     """Open `request` upstream and relay the answer; `on_first_byte()` is awaited just before
-    the answer's first body byte is sent to the client (the client has none of it before that
-    returns), `on_finish(outcome, status, captured)` is called once the exchange is over, after
-    the last byte was sent (or the client left)."""
+    the answer's status line and first body byte are sent to the client (the client has none
+    of it before that returns; when it raises a :class:`MemproxyError` the client gets that
+    error instead, and the upstream's answer is closed unread), `on_finish(outcome, status,
+    captured)` is called once the exchange is over, after the last byte was sent (or the client
+    left)."""
 
     def __init__(
         self,
@@ -143,9 +128,8 @@ class ProxyResponse(Response):
             state.status = status
             state.sent_last = True
             if status >= 500:
-                self._log_failure(status, _cause(exc), exc.message)
-            passed = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in exc.headers.items()]
-            await _send_json(send, status, exc.to_body(), passed + self.extra_headers)
+                log_failure(self.upstream_request, status, cause_of(exc), exc.message)
+            await send_error(send, status, exc, self.extra_headers)
             return
         notes["upstream_ms"] = round((time.perf_counter() - started) * 1000, 1)  # access log
         state.status = response.status_code
@@ -187,9 +171,10 @@ class ProxyResponse(Response):
                     if not chunk:
                         continue
                 if not started:
+                    if not await self._before_first_byte(send, state):
+                        return
                     started = True
                     await send(start)
-                await self._before_first_byte()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except httpx.HTTPError as exc:
             state.outcome = Outcome.UPSTREAM_FAILED
@@ -199,50 +184,40 @@ class ProxyResponse(Response):
             if not started:
                 error = self.upstream.body_error(exc)
                 state.status = error.status_code
-                self._log_failure(error.status_code, f"{cause} before the body", detail)
-                await _send_json(send, error.status_code, error.to_body(), self.extra_headers)
+                where = f"{cause} before the body"
+                log_failure(self.upstream_request, error.status_code, where, detail)
+                await send_json(send, error.status_code, error.to_body(), self.extra_headers)
                 return
-            self._log_failure(response.status_code, f"{cause} mid-body", detail)
+            log_failure(self.upstream_request, response.status_code, f"{cause} mid-body", detail)
             if sse:  # a partial event is dropped: the client gets whole events, then the error
                 await send(
-                    {"type": "http.response.body", "body": _error_event(exc), "more_body": True}
+                    {"type": "http.response.body", "body": error_event(exc), "more_body": True}
                 )
             # No end of body: returning without it makes the server drop the connection, so the
             # client sees a broken answer (curl and httpx fail), never a well-framed short one.
             return
-        await self._before_first_byte()  # an empty answer is still an answer
+        if not started and not await self._before_first_byte(send, state):
+            return  # an empty answer is still an answer: it waits as well
         state.sent_last = True
         if not started:
             await send(start)
         await send({"type": "http.response.body", "body": pending, "more_body": False})
 
-    async def _before_first_byte(self) -> None:
-        if self.on_first_byte is not None:
-            hook, self.on_first_byte = self.on_first_byte, None
+    async def _before_first_byte(self, send: Send, state: _Exchange) -> bool:
+        """Await `on_first_byte`; False when it refused the answer, the client answered with
+        its error in its place (nothing of the answer was sent)."""
+        hook, self.on_first_byte = self.on_first_byte, None
+        if hook is None:
+            return True
+        try:
             await hook()
-
-    def _log_failure(self, status: int, cause: str, detail: str) -> None:
-        request = self.upstream_request
-        url = mask_url(str(request.url))
-        logger.warning(
-            "upstream %s %s failed: %s (answered %d): %s",
-            request.method,
-            url,
-            cause,
-            status,
-            detail[:300],  # an upstream's own message: bounded, whatever it sent
-            extra={"fields": {"upstream_url": url, "status": status, "cause": cause}},
-        )
-
-
-def _cause(exc: MemproxyError) -> str:
-    if isinstance(exc, UpstreamTimeout):
-        return "timeout"
-    if isinstance(exc, UpstreamUnreachable):
-        return "unreachable"
-    if isinstance(exc, UpstreamStatusError):
-        return f"upstream status {exc.upstream_status}"
-    return type(exc).__name__
+        except MemproxyError as exc:
+            state.outcome = Outcome.REFUSED
+            state.status = exc.status_code
+            state.sent_last = True
+            await send_error(send, exc.status_code, exc, self.extra_headers)
+            return False
+        return True
 
 
 class _Exchange:
@@ -272,26 +247,3 @@ def _split_at_event_end(data: bytes) -> tuple[bytes, bytes]:
     if cut == 0:  # no boundary yet
         return (data, b"") if len(data) > MAX_PENDING_BYTES else (b"", data)
     return data[:cut], data[cut:]
-
-
-def _error_event(exc: httpx.HTTPError) -> bytes:
-    if isinstance(exc, httpx.TimeoutException):
-        message, code = "the upstream stopped sending mid-stream (read timeout)", "upstream_timeout"
-    else:
-        message = f"the upstream broke off mid-stream ({type(exc).__name__})"
-        code = "upstream_disconnected"
-    body = error_body(message, "upstream_error", code=code)
-    return b"data: " + orjson.dumps(body) + b"\n\n"
-
-
-async def _send_json(
-    send: Send, status: int, body: dict[str, Any], extra: list[tuple[bytes, bytes]]
-) -> None:
-    payload = orjson.dumps(body)
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-        *extra,
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload, "more_body": False})

@@ -14,12 +14,14 @@ Header policy (what goes upstream):
 Header policy (what comes back): the upstream's headers, except hop-by-hop ones,
 ``Content-Length``, ``Content-Encoding``, ``Date`` and ``Server``; with an error status only
 ``Retry-After`` and the rate-limit headers (``X-RateLimit-*``, ``RateLimit*``), which tell the
-client when to try again.
+client when to try again. Whatever the upstream sent is served on memproxy's origin, the memory
+page's: every relayed answer carries :data:`RELAYED_HEADERS` (``nosniff`` and a CSP allowing
+nothing, so an HTML answer cannot run as a page there) in place of the upstream's own.
 
 Errors: refused connection or unresolvable host, or an answer that is not valid HTTP (a response
 head over 64 KiB included) -> :class:`UpstreamUnreachable` (502); any timeout ->
-:class:`UpstreamTimeout` (504); both name the URL (a password in it masked: every message uses
-:attr:`Upstream.shown_url`) and the setting to change. An HTTP error status ->
+:class:`UpstreamTimeout` (504); both name the URL (its password and query values masked: every
+message uses :attr:`Upstream.shown_url`) and the setting to change. An HTTP error status ->
 :class:`UpstreamStatusError` carrying the upstream's status, body and retry headers.
 """
 
@@ -60,8 +62,16 @@ _DROP_REQUEST = HOP_BY_HOP | {
     "x-memory",
     "x-request-id",
 }
+RELAYED_HEADERS = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'; sandbox"),
+)
+"""On every answer relayed from the upstream, replacing the upstream's own."""
 _DROP_RESPONSE = frozenset(
-    name.encode() for name in HOP_BY_HOP | {"content-length", "content-encoding", "date", "server"}
+    name.encode()
+    for name in HOP_BY_HOP
+    | {"content-length", "content-encoding", "date", "server"}
+    | {name.decode() for name, _ in RELAYED_HEADERS}
 )
 _IDENTITY_PREFIX = "x-openwebui-user-"
 _RATE_LIMIT_PREFIXES = ("x-ratelimit-", "ratelimit")
@@ -114,7 +124,7 @@ class Upstream:
         self._transport = transport
         self.base_url = settings.upstream_base_url
         self.shown_url = mask_url(self.base_url)
-        """The base URL as messages and logs show it: a password in it masked."""
+        """The base URL as messages and logs show it: its password and query values masked."""
         self._api_key = (
             settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
         )
@@ -256,11 +266,15 @@ class Upstream:
 
     @staticmethod
     def response_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
-        return [
+        """The upstream's headers to relay, per the module's policy, :data:`RELAYED_HEADERS`
+        included."""
+        kept = [
             (name, value)
             for name, value in response.headers.raw
             if name.lower() not in _DROP_RESPONSE
         ]
+        kept += RELAYED_HEADERS
+        return kept
 
 
 async def _read_capped(response: httpx.Response, cap: int) -> bytes:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.log import mask_urls_in
 from app.memory.store.db import writing
 from app.memory.store.records import aware, now
 from app.memory.store.tables import JobStatus, ManagerJob
@@ -25,6 +26,8 @@ class Parked(NamedTuple):
     job_id: str
     user_id: str
     reason: str | None
+    """Why, URLs in it masked (:func:`~app.log.mask_urls_in`): an error stored by an older
+    version names the Manager's URL as it was set, query keys and password included."""
     answer: str | None
     """The Manager's last answer when it was unusable (None when it could not be asked)."""
 
@@ -40,6 +43,7 @@ class JobSummary(NamedTuple):
     messages: int
     """How many new messages (the user's and the answers) it holds."""
     error: str | None
+    """As :attr:`Parked.reason`."""
     answer: str | None
     created_at: datetime
     next_attempt_at: datetime
@@ -87,7 +91,7 @@ class JobBook:
             query = query.where(ManagerJob.user_id == user_id)
         async with self._sessions() as session:
             rows = await session.execute(query.order_by(ManagerJob.key))
-            return [Parked(*row) for row in rows]
+            return [Parked(job, user, _shown(error), answer) for job, user, error, answer in rows]
 
     async def jobs(self, user_id: str, *, limit: int = 100) -> list[JobSummary]:
         """The user's jobs, oldest first (the order they run in)."""
@@ -101,7 +105,11 @@ class JobBook:
             return [
                 JobSummary(
                     j.id, j.status, j.explicit, j.attempts, len(j.payload.get("new", ())),
-                    j.error, j.answer, aware(j.created_at), aware(j.next_attempt_at),
+                    _shown(j.error), j.answer, aware(j.created_at), aware(j.next_attempt_at),
                 )
                 for j in await session.scalars(query)
             ]  # fmt: skip
+
+
+def _shown(error: str | None) -> str | None:
+    return None if error is None else mask_urls_in(error)

@@ -22,7 +22,7 @@ Promises:
   the model answered but nothing it said fits (the worker parks the job as failed, with the raw
   answer, for inspection and ``memproxy jobs retry``; its turns are never dropped), or
   :class:`ManagerUnavailable` when the model could not be asked (the worker retries later). Both
-  name the URL (password masked) and model, never a key.
+  name the URL (password and query values masked) and model, never a key.
 - A job's whole conversation with the model, every mode and retry included, takes at most
   ``MEMPROXY_MANAGER_JOB_TIMEOUT_SECONDS`` and ``MEMPROXY_MANAGER_JOB_MAX_TOKENS`` output tokens.
 
@@ -59,6 +59,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from app.config import Settings
 from app.errors import causes
 from app.log import mask_url
+from app.memory.learning.answer_cap import AnswerTooLarge, capped_hooks
 from app.memory.learning.decisions import (
     Decisions,
     Operation,
@@ -80,17 +81,22 @@ RAW_ANSWER_CHARS = 4000
 CONNECT_TIMEOUT_SECONDS = 10.0
 
 
-def build_http_client(settings: Settings) -> httpx2.AsyncClient:
-    """The Manager's HTTP client (the caller closes it), trusting what `app.proxy.tls` says."""
+def build_http_client(
+    settings: Settings, *, transport: httpx2.AsyncBaseTransport | None = None
+) -> httpx2.AsyncClient:
+    """The Manager's HTTP client (the caller closes it), trusting what `app.proxy.tls` says and
+    reading answers up to `app.memory.learning.answer_cap`'s cap. `transport`: tests' fakes."""
     return httpx2.AsyncClient(
         timeout=httpx2.Timeout(settings.manager_timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS),
         verify=ssl_context(settings, httpx2.create_ssl_context),
+        event_hooks=capped_hooks(settings.manager_max_answer_bytes),
+        transport=transport,
     )
 
 
 class ManagerUnavailable(Exception):
     """The Manager's model could not be asked (unreachable, timed out, an HTTP error); the
-    message names its URL (password masked) and model, never a key."""
+    message names its URL (password and query values masked) and model, never a key."""
 
 
 class ManagerAnswerUnusable(Exception):
@@ -267,6 +273,8 @@ def _cause(exc: BaseException, timeout: float, job_timeout: float) -> str:
     if isinstance(exc, TimeoutError):  # the job's own bound (the calls' bound is theirs)
         return f"no answer within {job_timeout:g} s (MEMPROXY_MANAGER_JOB_TIMEOUT_SECONDS)"
     for link in chain:
+        if isinstance(link, AnswerTooLarge):
+            return str(link)
         if isinstance(link, ConnectionRefusedError):
             return "connection refused"
         if isinstance(link, socket.gaierror):

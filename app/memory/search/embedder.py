@@ -213,7 +213,9 @@ class PairedEmbedder:
 
 
 def load_embedder(settings: Settings) -> TextEmbedder:
-    """The embedder `settings` name (blocking: may export the model the first time)."""
+    """The embedder `settings` name (blocking: may export the model the first time, or make a
+    damaged export again); :class:`~app.memory.search.onnx_cache.DamagedExport` (one line) when
+    an export is damaged and this install cannot make it again."""
     model = settings.embedding_model or bundled_model_path()
     cache = settings.embedding_cache_dir
     quantize = settings.embedding_quantize

@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from app.memory.search import onnx_cache
+from app.memory.search.onnx_cache import CannotExport, DamagedExport, damage, discard
+
 logger = logging.getLogger("memproxy.embedder")
 
 MAX_TOKENS = 256
@@ -108,7 +111,9 @@ def prepare(model_dir: str, cache_dir: str, *, quantize: bool) -> ModelFiles:
     """Export (once) the model in `model_dir` to ONNX under `cache_dir`; the files to load.
 
     The file is named by the model's content (:func:`_content_key`), so another copy of the
-    same model (a venv elsewhere) finds the export made by the first."""
+    same model (a venv elsewhere) finds the export made by the first. An export there but
+    damaged (:func:`~app.memory.search.onnx_cache.damage`) is made again, once, with a WARNING;
+    :class:`~app.memory.search.onnx_cache.DamagedExport` when this install cannot."""
     source = Path(model_dir)
     weights = any((source / n).exists() for n in ("model.safetensors", "pytorch_model.bin"))
     if not weights or not (source / "tokenizer.json").exists():
@@ -116,11 +121,24 @@ def prepare(model_dir: str, cache_dir: str, *, quantize: bool) -> ModelFiles:
     _module_kinds(source)  # refused before anything is exported
     variant = "int8" if quantize else "fp32"
     target = Path(cache_dir) / f"{source.name}-{_content_key(source)}-{variant}.onnx"
+    damaged = damage(target) if target.exists() else None
+    if damaged is not None:
+        logger.warning("the ONNX export %s is damaged (%s); making it again", target, damaged)
+        discard(target)
     if not target.exists():
-        # One line per export: the first start makes two (fp32 for memories, int8 for queries).
-        logger.info("exporting %s to ONNX, %s (once): %s", source, variant, target)
+        if damaged is None:  # one line per export: fp32 for memories, int8 for queries
+            logger.info("exporting %s to ONNX, %s (once): %s", source, variant, target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        _export(source, target, quantize=quantize)
+        try:
+            _export(source, target, quantize=quantize)
+        except Exception as exc:
+            if damaged is None:
+                raise
+            raise DamagedExport(
+                f"the ONNX export {target} is damaged and cannot be made again here "
+                f"({onnx_cache.why_not(exc)}); make it where memproxy is fully installed: "
+                f"MEMPROXY_EMBEDDING_CACHE_DIR={cache_dir} memproxy model prepare"
+            ) from None
         _remove_old_exports(target.parent, source.name)
     return ModelFiles(
         onnx=target, tokenizer=source / "tokenizer.json", name=f"{source.name}:{variant}"
@@ -145,18 +163,16 @@ def _export(source: Path, target: Path, *, quantize: bool) -> None:
     first if missing; when it is there, this needs only onnxruntime)."""
     plain = target.with_name(target.name.replace("-int8.onnx", "-fp32.onnx"))
     if quantize:
-        if not plain.exists() or not plain.with_suffix(".json").exists():
+        if not plain.exists() or damage(plain) is not None:
+            discard(plain)
             _export(source, plain, quantize=False)
         _quantize(plain, target)
         return
     manifest = _trace(source, target.with_suffix(".tmp"))
-    _write_atomically(target.with_suffix(".json"), json.dumps(manifest, indent=1))
+    # What :func:`~app.memory.search.onnx_cache.damage` checks a cached export against.
+    manifest["onnx_bytes"] = target.with_suffix(".tmp").stat().st_size
+    onnx_cache.write_atomically(target.with_suffix(".json"), json.dumps(manifest, indent=1))
     target.with_suffix(".tmp").rename(target)  # appears whole or not at all
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.with_suffix(".json.tmp").write_text(text)
-    path.with_suffix(".json.tmp").rename(path)
 
 
 def _trace(source: Path, output: Path) -> dict[str, Any]:
@@ -168,10 +184,11 @@ def _trace(source: Path, output: Path) -> dict[str, Any]:
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as transformers_logging
     except ImportError as exc:  # a serving-only install (the Docker image's): no exporting there
-        raise RuntimeError(
+        raise CannotExport(
             f"no ONNX export of {source} in {output.parent}, and this install cannot make one "
             f"({exc.name} is not installed); make it where memproxy is fully installed: "
-            f"MEMPROXY_EMBEDDING_CACHE_DIR={output.parent} memproxy model prepare"
+            f"MEMPROXY_EMBEDDING_CACHE_DIR={output.parent} memproxy model prepare",
+            exc.name,
         ) from None
 
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # JSON logs
@@ -245,7 +262,8 @@ def _quantize(plain: Path, target: Path) -> None:
         root.setLevel(level)
     manifest = json.loads(plain.with_suffix(".json").read_text())
     manifest.pop("max_difference", None)  # measured for fp32; int8 is meant to differ
-    _write_atomically(target.with_suffix(".json"), json.dumps(manifest, indent=1))
+    manifest["onnx_bytes"] = target.with_suffix(".tmp").stat().st_size
+    onnx_cache.write_atomically(target.with_suffix(".json"), json.dumps(manifest, indent=1))
     target.with_suffix(".tmp").rename(target)
 
 
