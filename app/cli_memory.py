@@ -44,11 +44,13 @@ from rich.text import Text
 from app import cli_admin, cli_memory_read, cli_memory_write
 from app.cli_show import Command, describe
 from app.config import Settings
-from app.errors import MemproxyError
+from app.errors import InvalidRequest, MemproxyError
 from app.memory.search.embedder import TextEmbedder, load_embedder
 from app.memory.service import MemoryService
+from app.memory.store.claims import IdTaken
 from app.memory.store.db import engine_for, upgrade
-from app.memory.store.memories import IdTaken, MemoryStore
+from app.memory.store.memories import MemoryStore
+from app.proxy.identity import clean_user_id
 
 NEEDS_MODEL = {"add", "search", "import", "index"}
 """The commands that embed (and `edit --content`)."""
@@ -63,10 +65,25 @@ def run(args: argparse.Namespace, settings: Settings, embedder: TextEmbedder | N
     (tests). Bad input is one line on stderr and exit status 2."""
     console = Console(stderr=True, highlight=False)
     try:
+        _check_users(args)
         return asyncio.run(_run(args, settings, embedder, console))
     except (MemproxyError, IdTaken, ValidationError, ValueError, OSError) as exc:
         console.print(Text.assemble(("error:", "red"), " ", describe(exc)), soft_wrap=True)
         return 2
+
+
+def _check_users(args: argparse.Namespace) -> None:
+    """`--user` and `--to` normalised as the API's user ids are (app/proxy/user_ids.py), `--from`
+    only trimmed (a user stored before can be moved to a normal id); a bad one is 400 naming
+    the option (exit 2)."""
+    for name, option in (("user", "--user"), ("to_user", "--to"), ("from_user", "--from")):
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        user = clean_user_id(value, option, as_stored=name == "from_user")
+        if user is None:
+            raise InvalidRequest(f"{option} must name a user", param=option)
+        setattr(args, name, user)
 
 
 def needs_model(args: argparse.Namespace) -> bool:

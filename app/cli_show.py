@@ -38,7 +38,7 @@ from rich.text import Text
 from app.config import Settings
 from app.errors import MemproxyError
 from app.memory.service import MemoryService
-from app.memory.store.memories import IdTaken
+from app.memory.store.claims import IdTaken
 from app.memory.store.records import MemoryRecord
 from app.schemas.memories import export_line
 

@@ -74,12 +74,11 @@ async def remember(
     this very statement already, and nothing new was stored."""
     caller = _caller(ctx)
     text = _text(caller, content)
-    found = await _same_text(caller, text)
-    if found is None:
-        new = NewMemory(content=text, type=MemoryType(type), pinned=pinned)
-        (record,) = (await caller.services.memory.add(caller.user_id, [new])).records
-        return _result(Remembered(**_item(record).model_dump(), already_existed=False))
-    return _result(Remembered(**_item(found).model_dump(), already_existed=True))
+    new = NewMemory(content=text, type=MemoryType(type), pinned=pinned)
+    # Looked for and stored in one write holding the user's lock: once, however many at once.
+    written = await caller.services.memory.add(caller.user_id, [new], once=True)
+    (record,), (created,) = written.records, written.created
+    return _result(Remembered(**_item(record).model_dump(), already_existed=not created))
 
 
 async def recall(
@@ -174,29 +173,6 @@ def _text(caller: _Caller, text: str, param: str = "content") -> str:
     return text
 
 
-async def _same_text(caller: _Caller, text: str) -> MemoryRecord | None:
-    """The user's memory with the words of `text` (case and spacing aside), if any. The store
-    finds those containing the longest word (an ASCII one where there is: SQLite lowercases
-    nothing else); the comparison is made here."""
-    wanted = _words(text)
-    word = max(text.split(), key=lambda w: (w.isascii(), len(w)))
-    offset = 0
-    while True:
-        records, total = await caller.services.memory.page(
-            caller.user_id, contains=word, limit=200, offset=offset
-        )
-        for record in records:
-            if _words(record.content) == wanted:
-                return record
-        offset += len(records)
-        if not records or offset >= total:
-            return None
-
-
-def _words(text: str) -> str:
-    return " ".join(text.split()).casefold()
-
-
 def _item(record: MemoryRecord) -> Item:
     return Item.model_validate(record, from_attributes=True)
 
@@ -242,7 +218,8 @@ class McpEndpoint:
         """The SDK's session manager, for one run of the app's lifespan (a fresh one each time:
         the SDK's runs once), in a task of its own: its task group must be left by the task that
         entered it, and a lifespan may be left by another (a test's fixture). Stateless, JSON;
-        no Host check: memproxy runs behind proxies under any name, guarded by its keys."""
+        the SDK's Host and Origin checks off: app/origin_guard.py makes memproxy's own, on every
+        route (names from MEMPROXY_ALLOWED_HOSTS, as memproxy runs behind proxies)."""
         self._server.streamable_http_app(
             stateless_http=True,
             json_response=True,

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response, StreamingResponse
 
 from app.deps import AdminCallerDep, MemoryCaller, MemoryCallerDep
-from app.errors import Conflict, InvalidRequest, NotFound, ValidationFailed
-from app.memory.store.memories import IdTaken
+from app.errors import InvalidRequest, NotFound, ServerBusy, ValidationFailed
+from app.memory.store.claims import IdTaken
 from app.memory.store.records import NewMemory
 from app.memory.store.tables import MemoryType
 from app.proxy.body import read_body
@@ -155,8 +155,9 @@ async def retry_jobs(caller: MemoryCallerDep, body: JobRetry | None = None) -> J
 async def move_memories(body: MemoryMove, caller: AdminCallerDep) -> MemoryMoved:
     """Give every memory of one user to another (admin): same ids, history kept, with the
     Manager jobs not yet running. For the README's case: chats that were all `anonymous` before
-    Open WebUI forwarded its user headers."""
-    from_user = clean_user_id(body.from_user, "from_user")
+    Open WebUI forwarded its user headers. `from_user` is taken as stored (a user named before
+    ids were normalised can be given to a normal id); `to_user` is normalised as any id."""
+    from_user = clean_user_id(body.from_user, "from_user", as_stored=True)
     to_user = clean_user_id(body.to_user, "to_user")
     if from_user is None or to_user is None:
         raise ValidationFailed(
@@ -195,16 +196,16 @@ async def import_memories(
     ] = "keep",
 ) -> ImportResult:
     """JSON Lines, one memory each (an export's lines); idempotent on id, a line without one is
-    a new memory. ``?ids=new`` imports copies with new ids (another user's export, say)."""
+    a new memory. ``?ids=new`` imports copies with new ids (another user's export, say). An id
+    another user holds is imported as an unknown one is (under an id of the caller's derived
+    from it, the same each time): the answer never tells whether an id exists."""
     limit = caller.settings.memory_max_body_bytes
     raw = await read_body(request, limit, "MEMPROXY_MEMORY_MAX_BODY_BYTES")
     items = read_import(raw, caller.settings.memory_max_chars, new_ids=ids == "new")
     try:
-        written = await caller.memory.add(caller.user_id, items)
-    except IdTaken as exc:
-        raise Conflict(
-            f"memory id {exc} is already in use; give the memory another id", param="id"
-        ) from None
+        written = await caller.memory.add(caller.user_id, items, rename_taken=True)
+    except IdTaken:  # other users' imports took the same ids at the same moment, thrice
+        raise ServerBusy("the import met concurrent writes: send it again") from None
     created = sum(written.created)
     return ImportResult(imported=created, skipped=len(items) - created)
 

@@ -57,15 +57,24 @@ class MemoryService:
 
     # --- writes -------------------------------------------------------------------------------
 
-    async def add(self, user_id: str, items: Sequence[NewMemory]) -> Written:
+    async def add(
+        self,
+        user_id: str,
+        items: Sequence[NewMemory],
+        *,
+        rename_taken: bool = False,
+        once: bool = False,
+    ) -> Written:
         """Create memories (embedded in batches); items with an existing id are kept as they are
-        (``Written.created`` tells them apart)."""
+        (``Written.created`` tells them apart). `rename_taken` and `once`: see
+        :meth:`MemoryStore.add` (another user's id imported under one of this user's; a text the
+        user has already is not stored twice, also when sent at once from several places)."""
         embedded = await embed_for_store(self.embedder, [item.content for item in items])
         prepared = [
             replace(item, embedding=e.embedding, embedding_model=e.model)
             for item, e in zip(items, embedded, strict=True)
         ]
-        written = await self.store.add(user_id, prepared)
+        written = await self.store.add(user_id, prepared, rename_taken=rename_taken, once=once)
         fresh = [i for i, created in enumerate(written.created) if created]
         if fresh:
             records = [written.records[i] for i in fresh]

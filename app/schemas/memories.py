@@ -9,14 +9,14 @@ metadata nested at most 32 levels and at most 16 KiB as JSON; else a 422 naming 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.errors import InvalidRequest, ValidationFailed
-from app.memory.store.records import MemoryRecord, NewMemory
+from app.memory.store.records import MemoryRecord, NewMemory, in_utc
 from app.memory.store.tables import MemorySource, MemoryType
 from app.schemas.checks import json_problem, lone_surrogate, lone_surrogate_in, shown
 
@@ -26,6 +26,9 @@ MAX_METADATA_BYTES = 16_384
 MAX_METADATA_DEPTH = 32
 """Deepest nesting of `metadata` (the object itself is level 1)."""
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,36}$"
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+FUTURE_SLACK = timedelta(days=1)
+"""An imported memory may be dated at most this far ahead of now (clocks differ; no more)."""
 
 
 class _Strict(BaseModel):
@@ -87,9 +90,28 @@ class MemoryUpdate(_Strict):
         return _metadata(value) if value is not None else None
 
 
+def imported_date(value: datetime | None) -> datetime | None:
+    """`value` as the same instant in UTC (:func:`~app.memory.store.records.in_utc`, as the
+    store writes it), between 1970 and a day from now; a ValueError naming the range otherwise."""
+    if value is None:
+        return None
+    try:
+        instant = in_utc(value)
+    except OverflowError:  # 9999-12-31T23:59:59-14:00 is in the year 10000 in UTC
+        instant = None
+    latest = datetime.now(UTC) + FUTURE_SLACK
+    if instant is None or not EARLIEST <= instant <= latest:
+        raise ValueError(
+            f"created_at must be between {EARLIEST:%Y-%m-%d} and a day from now "
+            f"({latest:%Y-%m-%dT%H:%MZ})"
+        )
+    return instant
+
+
 class MemoryImport(MemoryCreate):
     """One line of an export, read back. Importing the same id twice keeps the first; a line
-    without an id is a new memory (so is every line of an import with new ids)."""
+    without an id is a new memory (so is every line of an import with new ids). `created_at`
+    is kept as the instant it names, in UTC (:func:`imported_date`)."""
 
     id: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
     created_at: datetime | None = None
@@ -101,6 +123,8 @@ class MemoryImport(MemoryCreate):
     updated_at: datetime | None = None
     recall_count: int | None = None
     last_recalled_at: datetime | None = None
+
+    _check_created_at = field_validator("created_at")(imported_date)
 
 
 class MemoryPublic(BaseModel):

@@ -17,7 +17,6 @@ Promises:
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Unpack
@@ -26,6 +25,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.memory.store import events
+from app.memory.store.claims import IdTaken, found, own_ids, same_text
 from app.memory.store.db import writing
 from app.memory.store.marks import RecallMarks
 from app.memory.store.queries import MemoryQueries, own
@@ -38,6 +38,7 @@ from app.memory.store.records import (
     Removed,
     Written,
     describe_changes,
+    new_row,
     now,
     record_of,
     record_of_row,
@@ -55,10 +56,6 @@ from app.memory.store.tables import (
 from app.memory.store.unit import Writer
 
 _CHANGEABLE = frozenset({"content", "type", "metadata", "pinned", "embedding", "embedding_model"})
-
-
-class IdTaken(Exception):
-    """An imported memory's id already belongs to another user."""
 
 
 class MemoryStore(MemoryQueries):
@@ -83,17 +80,48 @@ class MemoryStore(MemoryQueries):
             await writer.finish()
 
     async def add(
-        self, user_id: str, items: Sequence[NewMemory], *, job_id: str | None = None
+        self,
+        user_id: str,
+        items: Sequence[NewMemory],
+        *,
+        job_id: str | None = None,
+        rename_taken: bool = False,
+        once: bool = False,
     ) -> Written:
         """Create memories; an item whose id already exists (for this user) is left as it is and
         returned unchanged (``Written.created`` says which were new), also when a concurrent
         write (another request, another process) created it after this one looked: the insert
         skips ids that exist by then (``ON CONFLICT DO NOTHING``). An id that belongs to another
-        user raises :class:`IdTaken`. Only created memories bump the version and get events."""
+        user raises :class:`IdTaken`, or with `rename_taken` is replaced by one of this user's
+        derived from it (:mod:`app.memory.store.claims`). With `once`, an item with the words of
+        one of the user's memories is not created either: that memory is returned, also under
+        concurrent writes (the user's write lock is held from the look to the commit). Only
+        created memories bump the version and get events."""
+        attempt = 0
+        while True:
+            try:
+                return await self._add(user_id, items, job_id, rename_taken, once)
+            except IdTaken:  # renamed: another user's write took an id since the look; again
+                attempt += 1
+                if not rename_taken or attempt == 3:
+                    raise
+
+    async def _add(
+        self,
+        user_id: str,
+        items: Sequence[NewMemory],
+        job_id: str | None,
+        rename_taken: bool,
+        once: bool,
+    ) -> Written:
         stamp = now()
         actor = items[0].source if items else MemorySource.API
         async with self.writing(user_id, actor, job_id=job_id) as w:
-            existing = await _found(w, user_id, [item.id for item in items if item.id])
+            if once:
+                await w.lock()  # before the look: the same text sent twice at once waits here
+            if rename_taken:
+                items = await own_ids(w, items)
+            existing = await found(w, [item.id for item in items if item.id])
             fresh: dict[str, Memory] = {}
             details: dict[str, str] = {}  # the created events' details, by id
             ids: list[str] = []  # each item's memory
@@ -101,20 +129,12 @@ class MemoryStore(MemoryQueries):
                 if item.id and (item.id in existing or item.id in fresh):
                     ids.append(item.id)  # the same id twice in one batch is one memory
                     continue
-                row = Memory(
-                    id=item.id or str(uuid.uuid4()),
-                    user_id=user_id,
-                    content=item.content,
-                    type=item.type.value,
-                    meta=dict(item.metadata),
-                    source=item.source.value,
-                    pinned=item.pinned,
-                    created_at=item.created_at or stamp,
-                    updated_at=stamp,
-                    recall_count=0,
-                    embedding=item.embedding,
-                    embedding_model=item.embedding_model,
-                )
+                same = await same_text(w, item.content, fresh.values()) if once else None
+                if same is not None:
+                    existing.setdefault(same.id, same)
+                    ids.append(same.id)
+                    continue
+                row = new_row(user_id, item, stamp)
                 fresh[row.id] = row
                 ids.append(row.id)
                 if item.detail:
@@ -124,7 +144,7 @@ class MemoryStore(MemoryQueries):
                 inserted = await w.insert_new(list(fresh.values()), details)
                 raced = [memory_id for memory_id in fresh if memory_id not in inserted]
                 if raced:  # committed by another write since the read above: they exist now
-                    existing.update(await _found(w, user_id, raced, expected=True))
+                    existing.update(await found(w, raced, expected=True))
         assert w.version is not None
         rows = existing | {memory_id: fresh[memory_id] for memory_id in inserted}
         created = []
@@ -272,19 +292,3 @@ async def _give_the_rest(session: AsyncSession, from_user: str, to_user: str) ->
         await session.execute(
             update(table).where(table.user_id == from_user).values(user_id=to_user)
         )
-
-
-async def _found(
-    w: Writer, user_id: str, ids: Sequence[str], *, expected: bool = False
-) -> dict[str, Memory]:
-    """The memories with these ids, by id; :class:`IdTaken` when one is another user's (or,
-    `expected`: is not there, because another user's write took the id and it is gone again)."""
-    if not ids:
-        return {}
-    found = await w.execute(select(Memory).where(Memory.id.in_(ids)))  # any owner's: to refuse
-    rows = {r.id: r for r in found.scalars()}
-    for memory_id in ids:
-        row = rows.get(memory_id)
-        if (row is not None and row.user_id != user_id) or (row is None and expected):
-            raise IdTaken(memory_id)
-    return rows

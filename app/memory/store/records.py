@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -131,6 +132,31 @@ def now() -> datetime:
 def aware(value: datetime) -> datetime:
     # SQLite keeps no time zone: what went in as UTC comes back naive.
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def in_utc(value: datetime) -> datetime:
+    """The same instant in UTC (naive: taken as UTC). What is written: SQLite drops the offset
+    without converting, so 10:00+02:00 would read back as 10:00Z."""
+    return aware(value).astimezone(UTC)
+
+
+def new_row(user_id: str, item: NewMemory, stamp: datetime) -> Memory:
+    """The row a new memory is inserted as: a new UUID unless the item has an id, its date in
+    UTC (:func:`in_utc`; `stamp` when it has none)."""
+    return Memory(
+        id=item.id or str(uuid.uuid4()),
+        user_id=user_id,
+        content=item.content,
+        type=item.type.value,
+        meta=dict(item.metadata),
+        source=item.source.value,
+        pinned=item.pinned,
+        created_at=in_utc(item.created_at) if item.created_at else stamp,
+        updated_at=stamp,
+        recall_count=0,
+        embedding=item.embedding,
+        embedding_model=item.embedding_model,
+    )
 
 
 def record_of(row: Memory, *, embedding: bool = True) -> MemoryRecord:

@@ -160,6 +160,12 @@ class Writer:
             await self._unbump()
         return inserted
 
+    async def lock(self) -> None:
+        """Take the user's write lock now, until the unit ends (it bumps the version, which is
+        given back at the end when nothing changed): a write of the same user elsewhere, in any
+        process, waits until this one commits, so what this unit reads next stays true."""
+        await self._bump()
+
     async def execute(self, statement: Executable) -> Result[Any]:
         """Another statement in the unit's transaction (the Manager's queue deletes the job it
         applies here, so that the job and its effects commit together)."""
@@ -169,6 +175,8 @@ class Writer:
         """Bump and stamp (when anything changed): called as the block ends, before commit."""
         if self._changed and self._bumped is None:
             await self._bump()
+        elif not self._changed and self._bumped is not None:  # locked, then wrote nothing
+            await self._unbump()
         if self._bumped is not None:
             for row in self._written:
                 row.seq = self._bumped

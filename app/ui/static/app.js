@@ -285,12 +285,29 @@ async function wipe() {
 
 // --- users (admin) -----------------------------------------------------------------------
 
+// A user id stored before ids were checked (app/proxy/user_ids.py) may pass for another: what
+// could is shown as \u{...} here, so that two ids never look alike. Characters that show nothing
+// (zero-width, bidi controls, odd spaces, fillers), variant forms (fullwidth, mathematical),
+// accents of an id not in NFC, Cyrillic or Greek letters beside Latin ones, and the letters of
+// an id every letter of which passes for a Latin one (as the server's table says).
+const BLANK = /[\p{C}\p{Z}\u115F\u1160\u3164\uFFA0\u2800\u034F\u17B4\u17B5\u180B-\u180D\uFE00-\uFE0F\u{E0100}-\u{E01EF}]/u;
+const LOOK_LATIN = /^[аеорсухіјѕԁӏһԛԝԍѵүҽѡАВЕКМНОРСТУХІЈЅӀҺԚԜԌѴҮѠαικνορτυχγϲϳΑΒΕΖΗΙΚΜΝΟΡΤΥΧϹͿ]$/u;
+const shownId = (id) => {
+  const latin = /\p{Script=Latin}/u.test(id);
+  const letters = [...id.normalize("NFD")].filter((c) => /\p{L}/u.test(c));
+  const lookLatin = !latin && letters.length > 0 && letters.every((c) => LOOK_LATIN.test(c));
+  const odd = (c) => c !== " " && (BLANK.test(c) || c.normalize("NFKC") !== c
+    || (id.normalize("NFC") !== id && /\p{M}/u.test(c))
+    || ((latin || lookLatin) && /\p{Script=Cyrillic}|\p{Script=Greek}/u.test(c)));
+  return [...id].map((c) => (odd(c) ? `\\u{${c.codePointAt(0).toString(16).toUpperCase()}}` : c)).join("");
+};
+
 async function loadUsers() {
   const page = await json("GET", "/v1/users", { user: false, params: { limit: PAGE, offset: state.usersOffset } });
   $("user-list").replaceChildren(...page.data.map((u) => el("option", { value: u.id })));
   $("users-summary").textContent = `${plural(page.total, "user")}, latest activity first`;
   $("users").replaceChildren(...page.data.map((u) => el("tr", {},
-    el("th", { scope: "row" }, el("code", {}, u.id)), el("td", {}, u.memories), el("td", {}, when(u.last_activity)),
+    el("th", { scope: "row" }, el("code", {}, shownId(u.id))), el("td", {}, u.memories), el("td", {}, when(u.last_activity)),
     el("td", {}, el("button", { type: "button", onclick: () => selectUser(u.id) }, "Open")))));
   $("users-page").textContent = `${page.total ? state.usersOffset + 1 : 0}–${state.usersOffset + page.data.length} of ${page.total}`;
   $("users-prev").disabled = state.usersOffset === 0;

@@ -14,8 +14,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import cli
+from app.memory.store.claims import IdTaken
 from app.memory.store.db import create_engine, schema_is_current, upgrade
-from app.memory.store.memories import IdTaken, MemoryStore
+from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
 from app.memory.store.tables import Base, MemorySource, MemoryType
 from tests import databases

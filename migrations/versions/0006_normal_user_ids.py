@@ -1,0 +1,107 @@
+"""user ids stored before ids were normalised are rewritten to the form requests now name them by
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-11-25
+
+Every request's user id is now normalised (:func:`app.proxy.user_ids.normal_user_id`: NFC,
+trimmed), so a user stored as NFD ``José`` (a combining accent, as macOS types it) would be out
+of reach: their memories missing from chats, the page's "Open" showing an empty user. This
+rewrites such ids, in every table that holds one, to their normal form; where that form is a
+user already, the two become one user:
+
+- memories and their history go to the normal id; the user's change sequence goes past both
+  users' and the memories moved carry it, so a cache of either user catches up;
+- rows unique per user are kept once: a turn's fingerprint, the Manager's state (the later
+  ``last_job_at``), one running Manager job (the oldest; the others wait queued).
+
+Ids that the rule now refuses (invisible or bidirectional characters, look-alike letters) are
+left as they are stored: ``memproxy memories move`` and ``POST /v1/memories/move`` take a source
+user as stored. The rule is the running version's (imported, not copied), so that an id is
+rewritten to exactly what requests name it by. No downgrade: merged users cannot be told apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.engine import Connection
+
+from app.proxy.user_ids import UserIdRefused, normal_user_id
+
+revision: str = "0006"
+down_revision: str | None = "0005"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+TABLES = (
+    "memories", "user_state", "memory_events", "manager_jobs", "processed_turns", "manager_state",
+)  # fmt: skip
+"""Every table with a ``user_id`` column."""
+
+
+def upgrade() -> None:
+    connection = op.get_bind()
+    stored = connection.execute(
+        sa.text(" UNION ".join(f"SELECT user_id FROM {table}" for table in TABLES))
+    ).scalars()
+    renamed = {old: new for old in sorted(stored) if (new := _normal(old)) not in ("", old)}
+    for old, new in renamed.items():
+        _merge(connection, old, new)
+
+
+def downgrade() -> None:
+    """Nothing to undo that can be undone: the old forms are not kept."""
+
+
+def _normal(user_id: str) -> str:
+    """The id requests name this user by; empty when none can (it is refused now)."""
+    if user_id.isascii() and user_id == user_id.strip():
+        return user_id  # the common case, unchanged by the rule
+    try:
+        return normal_user_id(user_id)
+    except UserIdRefused:
+        return ""
+
+
+def _merge(connection: Connection, old: str, new: str) -> None:
+    """Give everything of `old` to `new` (who may have rows of their own already)."""
+
+    def run(statement: str) -> sa.CursorResult[tuple[object, ...]]:
+        return connection.execute(sa.text(statement), {"old": old, "new": new})
+
+    both = "user_id IN (:old, :new)"
+    version = run(f"SELECT COALESCE(MAX(version), 0) + 1 FROM user_state WHERE {both}").scalar()
+    run(f"DELETE FROM user_state WHERE {both}")
+    connection.execute(
+        sa.text("INSERT INTO user_state (user_id, version) VALUES (:new, :version)"),
+        {"new": new, "version": version},
+    )
+    connection.execute(
+        sa.text("UPDATE memories SET user_id = :new, seq = :version WHERE user_id = :old"),
+        {"old": old, "new": new, "version": version},
+    )
+    run("UPDATE memory_events SET user_id = :new WHERE user_id = :old")
+    # One running job per user (ux_manager_jobs_running_user): the oldest runs on.
+    run(
+        "UPDATE manager_jobs SET status = 'queued', owner = NULL, lease_until = NULL"
+        f" WHERE {both} AND status = 'running' AND key <> (SELECT MIN(key) FROM manager_jobs"
+        f" WHERE {both} AND status = 'running')"
+    )
+    run("UPDATE manager_jobs SET user_id = :new WHERE user_id = :old")
+    run(
+        "DELETE FROM processed_turns WHERE user_id = :old AND fingerprint IN"
+        " (SELECT fingerprint FROM processed_turns WHERE user_id = :new)"
+    )
+    run("UPDATE processed_turns SET user_id = :new WHERE user_id = :old")
+    run(
+        "UPDATE manager_state SET last_job_at = (SELECT MAX(last_job_at) FROM manager_state"
+        f" WHERE {both}) WHERE user_id = :new"
+    )
+    run(
+        "DELETE FROM manager_state WHERE user_id = :old AND EXISTS"
+        " (SELECT 1 FROM manager_state WHERE user_id = :new)"
+    )
+    run("UPDATE manager_state SET user_id = :new WHERE user_id = :old")

@@ -1,0 +1,170 @@
+"""Migration 0006 (issue 23, point 10): users stored before ids were normalised keep their
+memories. An id stored in another form than NFC (``José`` typed with a combining accent) is
+rewritten to the form every request now names it by, in every table that holds a user id; where
+that form is a user too, the two are one user (rows unique per user kept once). Ids the rule
+now refuses stay as they are (a move takes them as stored). On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from sqlalchemy import insert, select, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.memory.store.db import alembic_config, create_engine, upgrade
+from app.memory.store.memories import MemoryStore
+from app.memory.store.records import NewMemory
+from app.memory.store.tables import (
+    ManagerJob,
+    ManagerState,
+    Memory,
+    MemoryEvent,
+    ProcessedTurn,
+    UserState,
+)
+from tests import databases
+
+NFC, NFD = "Jos\u00e9", "Jose\u0301"
+ONLY_NFD, ONLY_NFC = "Rene\u0301e", "Ren\u00e9e"  # no NFC twin stored
+REFUSED = "Jose\u0301\u200b"  # NFD with a zero-width space: refused now, so left as stored
+EARLY, LATE = datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 6, 1, tzinfo=UTC)
+TABLES = (Memory, UserState, MemoryEvent, ManagerJob, ProcessedTurn, ManagerState)
+
+
+@contextmanager
+def database(tmp_path: Path) -> Iterator[str]:
+    """An empty database: on PostgreSQL a new one (the tests' own come migrated already)."""
+    if databases.on_postgresql():
+        with databases.empty() as url:
+            yield url
+    else:
+        yield f"sqlite+aiosqlite:///{tmp_path}/old.db"
+
+
+async def migrate_to(engine: AsyncEngine, revision: str) -> None:
+    def run(connection: Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+    async with engine.begin() as connection:
+        await connection.run_sync(run)
+
+
+def job(user: str, status: str, key: int) -> dict[str, Any]:
+    return {
+        "key": key, "id": f"job-{key}", "user_id": user, "explicit": True, "status": status,
+        "attempts": 0, "next_attempt_at": EARLY, "payload": {"new": []}, "created_at": EARLY,
+        "owner": "old-process" if status == "running" else None,
+        "lease_until": LATE if status == "running" else None,
+    }  # fmt: skip
+
+
+async def store_as_before(engine: AsyncEngine) -> dict[str, list[str]]:
+    """What version 0005 could hold: the ids of each user's memories, by user."""
+    store = MemoryStore(engine)
+    ids: dict[str, list[str]] = {}
+    for user, texts in (
+        (NFD, ["Likes tea", "Plays chess", "Forgotten"]),
+        (NFC, ["Lives in Lisbon"]),
+        (ONLY_NFD, ["Likes jazz"]),
+        (REFUSED, ["Hidden"]),
+        ("ann", ["Likes rain"]),
+    ):
+        written = await store.add(user, [NewMemory(t) for t in texts])
+        ids[user] = [r.id for r in written.records]
+    ids["forgotten"] = [ids[NFD].pop()]
+    await store.delete(NFD, ids["forgotten"])  # its history stays, and moves with the user
+    await store.add(NFC, [NewMemory("Reads a lot")])  # NFC's version is now ahead of NFD's
+    async with engine.begin() as connection:
+        await connection.execute(insert(ProcessedTurn), [
+            {"user_id": NFD, "fingerprint": "f1", "created_at": EARLY},
+            {"user_id": NFD, "fingerprint": "f2", "created_at": EARLY},
+            {"user_id": NFC, "fingerprint": "f2", "created_at": LATE},
+            {"user_id": NFC, "fingerprint": "f3", "created_at": LATE},
+            {"user_id": ONLY_NFD, "fingerprint": "f4", "created_at": LATE},
+        ])  # fmt: skip
+        await connection.execute(insert(ManagerState), [
+            {"user_id": NFD, "last_job_at": LATE},
+            {"user_id": NFC, "last_job_at": EARLY},
+            {"user_id": ONLY_NFD, "last_job_at": EARLY},
+        ])  # fmt: skip
+        await connection.execute(insert(ManagerJob), [
+            job(NFC, "running", 11), job(NFD, "running", 12), job(NFD, "queued", 13),
+            job(ONLY_NFD, "running", 14), job(REFUSED, "queued", 15),
+        ])  # fmt: skip
+    return ids
+
+
+async def scenario(url: str) -> None:
+    engine = create_engine(url)
+    try:
+        await migrate_to(engine, "0005")
+        ids = await store_as_before(engine)
+        store = MemoryStore(engine)
+        versions = {user: await store.version(user) for user in (NFD, NFC, ONLY_NFD)}
+        cached = await store.snapshot(NFC)  # a cache of the NFC user, before the upgrade
+
+        await upgrade(engine)
+
+        users = {u.user_id for u in (await store.user_summaries())[0]}
+        assert users == {NFC, ONLY_NFC, REFUSED, "ann"}
+        async with engine.connect() as connection:
+            for table in TABLES:
+                held = set(await connection.scalars(select(table.user_id).distinct()))
+                assert held <= users and not held & {NFD, ONLY_NFD}, table.__tablename__
+        # The two Josés are one user: every memory, with its history (a deleted one's too).
+        josé = {m.id: m.content for m in (await store.page(NFC))[0]}
+        assert set(josé.values()) == {"Likes tea", "Plays chess", "Lives in Lisbon", "Reads a lot"}
+        assert set(ids[NFD]) < set(josé)
+        forgotten = await store.history(NFC, ids["forgotten"][0])
+        assert [e.action for e in forgotten] == ["created", "deleted"]
+        # A cache of the NFC user from before catches up on the memories it did not have.
+        version = await store.version(NFC)
+        assert version > max(versions[NFD], versions[NFC])
+        caught_up = await store.snapshot(NFC, since=cached.version)
+        assert {r.content for r in caught_up.rows} == {"Likes tea", "Plays chess"}
+        assert await store.version(ONLY_NFC) > versions[ONLY_NFD]
+        assert [m.content for m in (await store.page(ONLY_NFC))[0]] == ["Likes jazz"]
+        assert [m.content for m in (await store.page(REFUSED))[0]] == ["Hidden"]
+        async with engine.connect() as connection:
+            turns = await connection.execute(
+                select(ProcessedTurn.user_id, ProcessedTurn.fingerprint)
+            )
+            assert sorted(turns) == [(NFC, "f1"), (NFC, "f2"), (NFC, "f3"), (ONLY_NFC, "f4")]
+            state = select(ManagerState.user_id, ManagerState.last_job_at)
+            states = {user: at for user, at in await connection.execute(state)}
+            assert set(states) == {NFC, ONLY_NFC}
+            assert str(states[NFC])[:10] == "2024-06-01"  # the later of the two
+            jobs = {
+                key: (user, status, owner)
+                for key, user, status, owner in await connection.execute(
+                    select(ManagerJob.key, ManagerJob.user_id, ManagerJob.status, ManagerJob.owner)
+                )
+            }
+            assert jobs == {  # one running job per user still: the older runs, the other waits
+                11: (NFC, "running", "old-process"),
+                12: (NFC, "queued", None),
+                13: (NFC, "queued", None),
+                14: (ONLY_NFC, "running", "old-process"),
+                15: (REFUSED, "queued", None),
+            }
+            rows = await connection.scalar(text("SELECT count(*) FROM user_state"))
+            assert rows == 4  # NFC, ONLY_NFC, REFUSED, ann: no NFD row left
+
+        await upgrade(engine)  # once at the head, nothing more happens
+        assert await store.version(NFC) == version
+    finally:
+        await engine.dispose()
+
+
+def test_users_stored_in_another_form_than_nfc_become_the_nfc_user(tmp_path: Path) -> None:
+    with database(tmp_path) as url:  # (asyncio.run: PostgreSQL's is made outside any loop)
+        asyncio.run(scenario(url))
