@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.proxy.user_ids import UserIdRefused, normal_user_id
+
 CommaList = Annotated[list[str], NoDecode]
 """A list given in the environment as comma-separated values (``a,b,c``), not as JSON."""
 
@@ -84,7 +86,12 @@ class Settings(BaseSettings):
     """Longest a whole request body may take to arrive (408 beyond it), however steadily it
     trickles in: 300 s carries a 64 MiB body at ~220 KB/s."""
     max_connections: int = Field(default=1000, ge=1)
-    """Connections and requests `memproxy serve` handles at once; beyond it requests get 503."""
+    """Requests `memproxy serve` serves at once (503 beyond it). Idle connections do not count:
+    a request beginning with more connections open closes the one idle the longest (no whole
+    request after 1 s, else kept alive between requests)."""
+    crowded_keep_alive_seconds: float = Field(default=1.0, gt=0)
+    """How long `memproxy serve` keeps a connection open between requests once the open ones
+    reach 3/4 of `max_connections` (else 5 s)."""
 
     # --- storage ------------------------------------------------------------------------------
     database_url: str = "sqlite+aiosqlite:///./data/memproxy.db"
@@ -102,8 +109,12 @@ class Settings(BaseSettings):
     statement prepared on one server connection is not there on the next)."""
     sqlite_busy_timeout_seconds: float = Field(default=5.0, ge=0)
     """How long a SQLite write waits for another process's write before it tries again (a write
-    gives up after a minute of a locked database); also the longest a chat's first byte waits
-    for its Manager job to be written."""
+    gives up after a minute of a locked database)."""
+    job_write_timeout_seconds: float = Field(default=5.0, gt=0)
+    """Longest a chat's answer waits for its Manager job to be written, a write the database
+    fails (restarting, locked beyond patience, full) tried again meanwhile; its turn on a SQLite
+    file another process writes is not counted. Beyond it the chat answers 503 with Retry-After
+    and none of the answer, so that a client that got an answer has its job."""
 
     # --- memory: embeddings, recall and injection ------------------------------------------
     embedding_model: str = ""
@@ -165,6 +176,9 @@ class Settings(BaseSettings):
     """Sampling temperature of the Manager (0: its most likely answer)."""
     manager_max_tokens: int = Field(default=1024, ge=16)
     """Longest answer the Manager may give."""
+    manager_max_answer_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    """Most bytes of one answer of the Manager's server that are read; a bigger answer fails the
+    call (the job is retried later, then parked) instead of being held in memory."""
     manager_timeout_seconds: float = Field(default=120.0, gt=0)
     """Longest one Manager call may take."""
     manager_max_retries: int = Field(default=1, ge=0, le=10)
@@ -199,6 +213,9 @@ class Settings(BaseSettings):
     openwebui_jwt_secret: SecretStr | None = None
     """Open WebUI's FORWARD_USER_INFO_HEADER_JWT_SECRET: the user then comes only from its signed
     X-OpenWebUI-User-Jwt; plain user headers are refused (401). Empty: unsigned headers."""
+    openwebui_jwt_max_lifetime_seconds: int = Field(default=86400, ge=1)
+    """Longest lifetime (exp - iat) a signed user token may have (401 beyond it): Open WebUI's
+    live FORWARD_USER_INFO_HEADER_JWT_EXPIRES_SECONDS (300 by default)."""
     unbound_keys_name_users: bool = True
     """A key of MEMPROXY_API_KEYS bound to no user (`key`, not `key:user`) may name any user with
     the user headers or the body's `user` (how one Open WebUI key serves all its users). false:
@@ -213,13 +230,31 @@ class Settings(BaseSettings):
     """With keys set (MEMPROXY_API_KEYS or MEMPROXY_ADMIN_KEYS), the API's description needs one
     of them as a bearer key, 401 otherwise (a browser cannot send one to `/docs`: fetch
     `/openapi.json` with curl, or set false on a trusted network)."""
+    allowed_hosts: CommaList = Field(default_factory=list)
+    """Names an open server (no MEMPROXY_API_KEYS) answers to besides localhost, IP addresses
+    and MEMPROXY_HOST, comma-separated (`memproxy` in the compose stack; `*`: any). Another
+    name in `Host` is answered 421: a page on a name rebound to this address would read it."""
 
-    @field_validator("api_keys", "admin_keys", "user_id_headers", mode="before")
+    @field_validator("api_keys", "admin_keys", "user_id_headers", "allowed_hosts", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _normal_bound_users(cls, value: list[str]) -> list[str]:
+        # The user a key is bound to is a user id as any other (app/proxy/user_ids.py): in NFC,
+        # and one that could pass for another's stops the start, naming the key by position.
+        entries = []
+        for number, entry in enumerate(value, start=1):
+            key, sep, user = entry.partition(":")
+            try:
+                entries.append(f"{key}{sep}{normal_user_id(user)}" if sep else entry)
+            except UserIdRefused as exc:
+                raise ValueError(f"the user of key {number} {exc}") from None
+        return entries
 
     @field_validator("log_level")
     @classmethod

@@ -1,4 +1,5 @@
-"""Every error memproxy answers with, and the one handler that turns them into OpenAI's shape.
+"""Every error memproxy answers with (the one handler that turns them into OpenAI's shape is
+:func:`app.error_handlers.install_error_handlers`).
 
 Exception tree (each class fixes its HTTP status, `type` and default `code`)::
 
@@ -8,13 +9,17 @@ Exception tree (each class fixes its HTTP status, `type` and default `code`)::
     │   ├── ValidationFailed           422   code=invalid_value (param names the field)
     │   ├── BodyTooLarge               413   code=body_too_large
     │   ├── RequestTimeout             408   code=request_timeout (headers or body stalled)
-    │   └── HeadersTooLarge            431   code=headers_too_large
+    │   ├── HeadersTooLarge            431   code=headers_too_large
+    │   ├── UnsupportedMediaType       415   code=unsupported_media_type (a body not JSON)
+    │   └── HostNotAllowed             421   code=host_not_allowed (MEMPROXY_ALLOWED_HOSTS)
     ├── AuthenticationFailed           401 authentication_error  code=invalid_api_key
     │   └── UserRequired               401   code=user_required
     ├── PermissionDenied               403 permission_error
+    │   └── CrossOrigin                403   code=cross_origin (a write from another site)
     ├── NotFound                       404 not_found_error
     ├── Conflict                       409 conflict_error
     ├── ServerBusy                     503 server_error  code=server_busy (MEMPROXY_MAX_CONNECTIONS)
+    ├── StorageUnavailable             503 server_error  code=storage_unavailable (database failing)
     └── UpstreamError                  502 upstream_error
         ├── UpstreamUnreachable        502   code=upstream_unreachable
         ├── UpstreamTimeout            504   code=upstream_timeout
@@ -23,25 +28,21 @@ Exception tree (each class fixes its HTTP status, `type` and default `code`)::
 Every response body is ``{"error": {"message", "type", "param", "code"}}``, its ``code`` a string
 or null (as OpenAI's SDKs expect; an upstream's integer code is turned into a string); nothing
 reaches the client as a bare 500 traceback: unexpected exceptions are logged and answered in the
-same shape.
+same shape, and the database failing (down, restarting, full: :mod:`app.storage_faults`) is a 503
+``storage_unavailable`` with ``Retry-After``.
 """
 
 from __future__ import annotations
 
-import logging
 from http import HTTPStatus
 from typing import Any, ClassVar
 
 import orjson
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
 from starlette.types import Send
 
-from app.schemas.checks import shown
-
-logger = logging.getLogger("memproxy.errors")
+STORAGE_MESSAGE = "memproxy's database is unavailable (restarting, unreachable or full): try again"
+STORAGE_RETRY_AFTER_SECONDS = 2
+"""What a 503 for a failing database asks the client to wait: a restart takes seconds."""
 
 
 def causes(exc: BaseException) -> list[BaseException]:
@@ -53,6 +54,13 @@ def causes(exc: BaseException) -> list[BaseException]:
         chain.append(link)
         link = link.__cause__ or link.__context__
     return chain
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of `exc`'s message, at most `limit` characters (SQLAlchemy's statement and
+    parameters, on the lines below, stay out of logs); its class's name when it has none."""
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:limit]
 
 
 def error_body(
@@ -120,6 +128,16 @@ class HeadersTooLarge(InvalidRequest):
     default_code = "headers_too_large"
 
 
+class UnsupportedMediaType(InvalidRequest):
+    status_code = 415
+    default_code = "unsupported_media_type"
+
+
+class HostNotAllowed(InvalidRequest):
+    status_code = 421
+    default_code = "host_not_allowed"
+
+
 class AuthenticationFailed(MemproxyError):
     status_code = 401
     error_type = "authentication_error"
@@ -138,6 +156,10 @@ class PermissionDenied(MemproxyError):
     status_code = 403
     error_type = "permission_error"
     default_code = "permission_denied"
+
+
+class CrossOrigin(PermissionDenied):
+    default_code = "cross_origin"
 
 
 class NotFound(MemproxyError):
@@ -159,6 +181,20 @@ class ServerBusy(MemproxyError):
     @property
     def headers(self) -> dict[str, str]:
         return {"Retry-After": "1"}
+
+
+class StorageUnavailable(MemproxyError):
+    """The database failed (:func:`app.storage_faults.storage_failure`): try again shortly."""
+
+    status_code = 503
+    default_code = "storage_unavailable"
+
+    def __init__(self, message: str = STORAGE_MESSAGE) -> None:
+        super().__init__(message)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)}
 
 
 class UpstreamError(MemproxyError):
@@ -223,12 +259,6 @@ def normalise_upstream_error(status: int, body: bytes) -> dict[str, Any]:
     return error_body(message, type_, code=status_code_name(status))
 
 
-def json_response(
-    status: int, body: dict[str, Any], headers: dict[str, str] | None = None
-) -> Response:
-    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
-
-
 def refusal(error: MemproxyError) -> tuple[bytes, list[tuple[bytes, bytes]]]:
     """`error` answered below the routes (the HTTP protocol, an ASGI middleware), closing the
     connection so that whatever the client still sends is never read: body and headers."""
@@ -247,48 +277,3 @@ async def send_refusal(send: Send, error: MemproxyError) -> None:
     body, headers = refusal(error)
     await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """Route every failure through one OpenAI-shaped response."""
-
-    async def on_memproxy_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, MemproxyError)
-        status = exc.upstream_status if isinstance(exc, UpstreamStatusError) else exc.status_code
-        if status >= 500:
-            logger.warning("%s: %s", type(exc).__name__, exc.message)
-        return json_response(status, exc.to_body(), exc.headers)
-
-    async def on_http_exception(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, StarletteHTTPException)
-        type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        message = exc.detail if isinstance(exc.detail, str) else "request failed"
-        if exc.status_code == 404:
-            message = f"no route for {request.method} {request.url.path}"
-        body = error_body(message, type_, code=status_code_name(exc.status_code))
-        return json_response(exc.status_code, body, dict(exc.headers or {}))
-
-    async def on_validation_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestValidationError)
-        first = exc.errors()[0] if exc.errors() else {"msg": "invalid request", "loc": ()}
-        if first.get("type") == "json_invalid":  # as the chat route answers a broken body
-            return json_response(400, InvalidJSON("request body is not valid JSON").to_body())
-        # The location holds the client's own keys (an unknown field): made safe to echo.
-        param = shown(".".join(str(p) for p in first.get("loc", ()) if p != "body")) or None
-        message = str(first["msg"]).removeprefix("Value error, ")
-        if first.get("type") == "string_unicode":  # pydantic's words name no cause
-            name = first.get("input")
-            if param is None and isinstance(name, str):  # the name of a field is the bad string
-                param = shown(name)
-            message = f"{param or 'value'} must be valid Unicode (not a lone surrogate: \\ud800)"
-        body = error_body(message, "invalid_request_error", param=param, code="invalid_value")
-        return json_response(422, body)
-
-    async def on_unexpected(request: Request, exc: Exception) -> Response:
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return json_response(500, error_body("internal error in memproxy", "server_error"))
-
-    app.add_exception_handler(MemproxyError, on_memproxy_error)
-    app.add_exception_handler(StarletteHTTPException, on_http_exception)
-    app.add_exception_handler(RequestValidationError, on_validation_error)
-    app.add_exception_handler(Exception, on_unexpected)

@@ -3,7 +3,8 @@
 The lifespan owns every long-lived object (the database engine, migrated to the newest schema at
 start; the embedder and the memory service with its search indexes; the upstream connection pool;
 the background runner; the MCP server's session manager) and closes them in order; nothing is
-created at import time.
+created at import time. `memproxy serve` loads the embedder a moment earlier, in the factory
+(:func:`create_served_app`), so that a model it cannot load ends the start in one line.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from app.background import BackgroundRunner
 from app.body_guard import BodyGuard
 from app.config import ApiKey, Settings
 from app.deps import Services
-from app.errors import install_error_handlers
+from app.error_handlers import install_error_handlers
 from app.log import configure_logging
 from app.memory import (
     ChatMemory,
@@ -40,14 +41,16 @@ from app.memory import (
     load_embedder,
     upgrade,
 )
+from app.memory.search.onnx_cache import DamagedExport
 from app.metrics import Metrics
 from app.middleware import RequestIdMiddleware
+from app.origin_guard import OriginGuard
 from app.proxy.chat_proxy import ChatProxy
 from app.proxy.hooks import MemoryHooks
 from app.proxy.identity import Authenticator
 from app.proxy.models_cache import ModelsCache
 from app.proxy.upstream import Upstream, build_client, build_transport
-from app.settings_errors import settings_or_exit, unknown_settings
+from app.settings_errors import exit_start, settings_or_exit, unknown_settings
 
 SHUTDOWN_GRACE_SECONDS = 10.0
 """How long shutdown waits for after-response work before cancelling it."""
@@ -60,10 +63,15 @@ def create_app(
     hooks: MemoryHooks | None = None,
     embedder: TextEmbedder | None = None,
     manager_model: Model | None = None,
+    embedder_now: bool = False,
 ) -> FastAPI:
     """Build the app. Tests inject `upstream_transport` (respx), `hooks` (recording fakes, in
     place of memory recall), `embedder` (a deterministic fake, in place of the model) and
-    `manager_model` (a PydanticAI FunctionModel, in place of the Manager's LLM)."""
+    `manager_model` (a PydanticAI FunctionModel, in place of the Manager's LLM).
+
+    `embedder_now` (`memproxy serve`): the embedder is loaded here rather than in the lifespan,
+    before uvicorn prints a line: an export that is damaged and cannot be made again is then one
+    line and exit 2, as a bad setting is, never a traceback."""
     from_environment = settings is None
     settings = settings if settings is not None else settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)
@@ -73,15 +81,16 @@ def create_app(
     authenticator = Authenticator(settings.parsed_api_keys)
     metrics = Metrics()  # here, not in the lifespan: the middleware counts requests into it
     mcp = McpEndpoint(settings)  # its session manager runs in the lifespan
+    loaded = _embedder_or_exit(settings) if embedder_now and embedder is None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = engine_for(settings)
         await upgrade(engine)
         configure_threads(1)
-        text_embedder = (
-            embedder if embedder is not None else await asyncio.to_thread(load_embedder, settings)
-        )
+        text_embedder = embedder if embedder is not None else loaded
+        if text_embedder is None:
+            text_embedder = await asyncio.to_thread(load_embedder, settings)
         transport = upstream_transport or build_transport(settings)
         client = build_client(settings, transport)
         upstream = Upstream(
@@ -166,18 +175,27 @@ def create_app(
     app.router.routes.append(mcp.route)
     app.include_router(relay.router)  # last: its /v1/{path} catches what the others do not
     app.add_middleware(BodyGuard, settings=settings)  # inside the request id: refusals logged
+    app.add_middleware(OriginGuard, settings=settings)  # runs before BodyGuard (added after it)
     app.add_middleware(RequestIdMiddleware, metrics=metrics)
     return app
 
 
+def _embedder_or_exit(settings: Settings) -> TextEmbedder:
+    try:
+        return load_embedder(settings)
+    except DamagedExport as exc:
+        exit_start([str(exc)])
+
+
 def create_served_app() -> FastAPI:
-    """What `memproxy serve` runs: :func:`create_app` from the environment, then a GC freeze.
+    """What `memproxy serve` runs: :func:`create_app` from the environment, its embedder loaded
+    first, then a GC freeze.
 
     ``gc.freeze()`` moves everything alive after start-up (modules, schemas, routes) out of the
     cyclic collector's sight; its periodic full scans of those objects cost ~5 % of the CPU under
     load. Process-wide, so not done in `create_app` (tests build many apps in one process).
     """
-    app = create_app()
+    app = create_app(embedder_now=True)
     gc.collect()
     gc.freeze()
     return app
