@@ -11,7 +11,9 @@ a pure ASGI middleware, refuses in this order, without reading the body (``Conne
    anyone can rebind), ``MEMPROXY_HOST``, and ``MEMPROXY_ALLOWED_HOSTS`` (``*``: any name). The
    probes (``/healthz``, ``/readyz``) answer under any name. With keys, a page cannot know one.
 2. a write (POST, PUT, PATCH, DELETE; on every route, relayed ones and ``/mcp`` included) that a
-   browser sends for a page of another origin: 403 ``cross_origin``, keys or not. The browser
+   browser sends for a page of another origin: 403 ``cross_origin``, unless keys are set and it
+   carries one (an ``Authorization`` header no page can add across origins without the
+   preflight memproxy never answers: a browser extension's or a desktop app's). The browser
    says whose page it is in ``Sec-Fetch-Site`` (``same-origin``; ``none``: the user's own doing;
    ``same-site``, ``cross-site``: another page, another port of localhost too) and, in older
    browsers without it, in ``Origin``, compared with ``Host``. A request with neither comes from
@@ -91,7 +93,10 @@ class OriginGuard:
             )
         if scope["method"] not in _WRITES:
             return
-        if _cross_origin(headers, host):
+        # A page cannot send a key to another origin without a preflight, which memproxy never
+        # answers: a keyed request from a browser is an app's own (an extension, Electron).
+        keyed = not self._check_host and b"authorization" in headers
+        if not keyed and _cross_origin(headers, host):
             raise CrossOrigin(
                 "memproxy takes no writes from a web page of another origin; call it from a "
                 "server or an app (without the Origin and Sec-Fetch-Site a browser adds), or "

@@ -153,13 +153,18 @@ async def test_reads_from_another_origin_are_answered(client: httpx.AsyncClient)
     assert listed.status_code == 200 and listed.json()["total"] == 1
 
 
-async def test_keys_do_not_lift_the_origin_check(make_client: AppClientFactory) -> None:
+async def test_a_key_lets_an_app_write_from_another_origin(make_client: AppClientFactory) -> None:
+    """No page can add a key across origins without a preflight (never answered): a keyed write
+    from another origin is a browser extension's or a desktop app's. Without one it is refused."""
     client = await make_client(api_keys=["sk-ann:ann"])
     key = {"Authorization": "Bearer sk-ann", "Content-Type": "application/json"}
-    sent = await client.post("/v1/memories", content=b'{"content": "x"}', headers=key)
+    extension = {"Sec-Fetch-Site": "cross-site", "Origin": "chrome-extension://abc"}
+    sent = await client.post("/v1/memories", content=b'{"content": "x"}', headers=key | extension)
     assert sent.status_code == 201, sent.text
     refused = await client.post(
-        "/v1/memories", content=b'{"content": "y"}', headers=key | {"Sec-Fetch-Site": "cross-site"}
+        "/v1/memories",
+        content=b'{"content": "y"}',
+        headers={"Content-Type": "text/plain", "Sec-Fetch-Site": "cross-site"},
     )
     assert assert_openai_error(refused, 403)["code"] == "cross_origin"
 

@@ -100,7 +100,7 @@ def test_readme_has_the_examples() -> None:
     assert "make run" in TRY_IT and "MEMPROXY_UPSTREAM_BASE_URL=http://127.0.0.1:9000/v1" in TRY_IT
     assert "fake-upstream" in TRY_IT and "not a model" in TRY_SECTION
     assert [lang for lang, _ in WALKTHROUGH] == ["bash", "bash", "bash", "", "bash", ""]
-    assert len(CURL) == 3 and len(PYTHON) == 1 and len(MEMORY_CURL) == 5
+    assert len(CURL) == 3 and len(PYTHON) == 1 and len(MEMORY_CURL) == 6
 
 
 @pytest.mark.parametrize("code", CURL, ids=["chat", "stream", "models"])
@@ -125,8 +125,9 @@ def test_python_example(proxy_url: str) -> None:
 
 
 def test_memory_examples_in_order(proxy_url: str, tmp_path: Path) -> None:
-    """Add, search, list, export, delete: each does what the README says, with the real model."""
-    add, search, listing, export, delete = MEMORY_CURL
+    """Add, search, list, export, import, delete: each does what the README says, with the real
+    model."""
+    add, search, listing, export, import_, delete = MEMORY_CURL
     created = orjson.loads(run(add, proxy_url))
     assert created["object"] == "memory" and created["user_id"] == "alice"
     found = orjson.loads(run(search, proxy_url))["data"]
@@ -136,6 +137,8 @@ def test_memory_examples_in_order(proxy_url: str, tmp_path: Path) -> None:
     assert run(export, proxy_url, cwd=tmp_path) == ""  # the README sends it to a file
     lines = (tmp_path / "alice-memories.jsonl").read_text().splitlines()
     assert created["id"] in [orjson.loads(line)["id"] for line in lines]
+    imported = orjson.loads(run(import_, proxy_url, cwd=tmp_path))
+    assert (imported["imported"], imported["skipped"]) == (0, len(lines))  # all there already
     assert orjson.loads(run(delete, proxy_url))["deleted"] >= 1
     assert orjson.loads(run(listing, proxy_url))["data"] == []
 

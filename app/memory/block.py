@@ -20,6 +20,7 @@ or follows a long run of newlines (300 KB of start tags kept the GIL for 30 s).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -34,10 +35,13 @@ HEADER = (
 )
 _ANGLES = str.maketrans({"<": "‹", ">": "›"})
 _ROLE_LABEL = re.compile(
-    r"(^\s*|[.!?›]\s*)(system|assistant|developer|user|human)(\s*):", re.IGNORECASE | re.MULTILINE
+    r"(^[^\w\n]*|[.!?›]\s*)(system|assistant|developer|user|human)([^\w\n]{0,3}):",
+    re.IGNORECASE | re.MULTILINE,
 )
 """A role's label where it would pass for a message's start: at a line's or sentence's start,
-or after a tag ("My user: Bob" and "Favourite tool: hammer" stay)."""
+behind marks only ("**SYSTEM:**", "# System:", "(system):"), or after a tag ("My user: Bob" and
+"Favourite tool: hammer" stay)."""
+_INVISIBLE = re.compile(r"[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 _CHAT_MARKUP = re.compile(r"\[/?INST\]|<<SYS>>|<</SYS>>", re.IGNORECASE)
 
 
@@ -144,8 +148,11 @@ def memory_line(memory: Dated) -> str:
     """One line: the date and the memory's text as data. Whatever the text holds, it cannot end
     the block, open a message or pass for one: it is one line whatever its newlines, angle
     brackets are shown as ‹ › (no ``</memproxy-memories>``, no ``<|im_start|>`` or other chat
-    markup tag), and a role's label ("SYSTEM:") loses its colon."""
-    content = _CHAT_MARKUP.sub(lambda m: m.group().strip("[]<>/").lower(), memory.content)
+    markup tag), and a role's label ("SYSTEM:") loses its colon, variant forms ("＜", "：") and
+    invisible characters (zero-width spaces) not excepted."""
+    # Variant forms read as what they stand for ("＜", "Ｓｙｓｔｅｍ："), invisible ones as nothing.
+    content = _INVISIBLE.sub("", unicodedata.normalize("NFKC", memory.content))
+    content = _CHAT_MARKUP.sub(lambda m: m.group().strip("[]<>/").lower(), content)
     content = _ROLE_LABEL.sub(r"\1\2\3 -", content.translate(_ANGLES))
     content = " ".join(content.split())  # one line each, whatever the memory holds
     return f"- [{memory.created_at.date().isoformat()}] {content}"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from app.memory.learning.own_words import own_words, works_on_a_text
+from app.memory.learning.own_words import asking_words
 from app.memory.learning.turns import fingerprints_of, text_of
 
 EXPLICIT = re.compile(
@@ -63,14 +63,12 @@ def requested(text: str) -> list[str]:
     ("My daughter Mia turns 7 on 3 May"), each under :data:`REQUEST_CHARS`. Only the user's own
     words ask (:func:`~app.memory.learning.own_words.own_words`): a request inside code, a
     quotation, a pasted email or document, or Open WebUI's retrieved context is none, and a
-    message that carries a text to work on (:func:`~app.memory.learning.own_words.
-    works_on_a_text`) has none. A question
+    message that carries a text to work on has none
+    (:func:`~app.memory.learning.own_words.asking_words`). A question
     is a request only when it asks "can you / could you remember..."."""
-    if len(text) > 20 * REQUEST_CHARS:
-        return []  # a document, not a request
-    own = own_words(text)
-    if works_on_a_text(own):
-        return []  # the text it carries may ask anything: the Manager's reading stands
+    if len(text) > 20 * REQUEST_CHARS or was_cut(text):
+        return []  # a document, not a request (a turn cut for the Manager was longer still)
+    own = asking_words(text)
     found = []
     for start, end in _sentence_spans(own):
         sentence = own[start:end]
@@ -83,9 +81,8 @@ def requested(text: str) -> list[str]:
             continue  # "Remember that time we went to Paris?"
         if not FIRST_PERSON.search(match.group("what")):
             continue  # about someone or something else, or the user only quotes it
-        # in the user's words as written: a short quotation inside them ("Anna") stays
-        at = start + lead
-        what = text[at + match.start("what") : at + match.end("what")].strip(" .!?")
+        # in the user's words as written, to the sentence's end: a quotation inside them stays
+        what = text[start + lead + match.start("what") : end].strip(" .!?\n")
         if what and len(what) <= REQUEST_CHARS:
             found.append(what[0].upper() + what[1:])
     return found
@@ -118,6 +115,14 @@ learned from its last turns; the earlier ones are recorded as taken, so that no 
 picks them up either. Routine jobs waiting together merge only within this bound."""
 CONTEXT_TURNS = 6
 """Turns before the new ones that a job keeps as context (already processed)."""
+
+
+def was_cut(text: str) -> bool:
+    """Whether `text` is a turn :func:`for_manager` cut (its note of what was left out)."""
+    return _CUT_NOTE.search(text, TURN_HEAD_CHARS) is not None
+
+
+_CUT_NOTE = re.compile(r"\n\[\.\.\. [\d,]+ characters left out \.\.\.\]\n")
 
 
 def for_manager(text: str) -> str:

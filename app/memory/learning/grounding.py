@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from app.memory.learning.decisions import Op, Operation
-from app.memory.learning.extraction import FIRST_PERSON, requested
-from app.memory.learning.own_words import own_words, without_quotations, works_on_a_text
+from app.memory.learning.extraction import FIRST_PERSON, REQUEST_CHARS, requested, was_cut
+from app.memory.learning.own_words import asking_words, own_words, without_quotations
 from app.memory.learning.prompt import Shown
 from app.memory.learning.turns import text_of
 from app.memory.search.lexical import Analyzer
@@ -64,9 +64,15 @@ class Grounds:
     DELETE goes, as such a request names no memory's words."""
 
     @classmethod
-    def of(cls, turns: Sequence[ModelMessage], shown: Sequence[Shown]) -> Grounds:
+    def of(
+        cls,
+        turns: Sequence[ModelMessage],
+        shown: Sequence[Shown],
+        new: Sequence[ModelMessage] | None = None,
+    ) -> Grounds:
         """The grounds of a job: its turns (context and new; the user's are read) and the
-        memories it showed the Manager."""
+        memories it showed the Manager. Only a `new` turn (all `turns` when not given) asks to
+        forget everything: one in the context was applied by an earlier job."""
         analyzer = Analyzer()
         users = [own_words(text_of(t)) for t in turns if isinstance(t, ModelRequest)]
         said = frozenset(analyzer.terms(" ".join(_statements(text) for text in users)))
@@ -76,7 +82,11 @@ class Grounds:
             frozenset(heard) - said,
             {m.alias: frozenset(analyzer.terms(m.content)) for m in shown},
             analyzer,
-            any(erases_everything(text_of(t)) for t in turns if isinstance(t, ModelRequest)),
+            any(
+                erases_everything(text_of(t))
+                for t in (turns if new is None else new)
+                if isinstance(t, ModelRequest)
+            ),
         )
 
     def refusal(self, operation: Operation) -> str | None:
@@ -137,12 +147,14 @@ def with_requests(
 _NAME = re.compile(r"(?<=\w )[A-Z][\w'-]*")
 """A capitalised word that does not begin the text: a name, a place, a month ("Mia", "May")."""
 _ERASING = re.compile(
-    r"^[\s*(-]*(?:(?:ok|okay|so|and|now|also|hey|actually|please|just)[,\s]+)*"
+    r"^[\s*(\-—–]*(?:(?:ok|okay|so|and|now|also|hey|actually|please|just)[,\s—–-]+)*"
     r"(?:(?:can|could|would|will)\s+you\s+|i\s+(?:want|need)\s+you\s+to\s+)?(?:please\s+)?"
     r"(?:forget|erase|delete|remove|wipe|clear)\s+"
     r"(?:everything|all(?:\s+(?:of\s+)?(?:it|that|this|my\s+memories|your\s+memor(?:y|ies)))?"
-    r"|(?:whatever|what|all)\s+you\s+(?:know|remember)|your\s+memory)\b"
-    r"(?!\s+(?:about|regarding|concerning|on|related|from|in|of|to\s+do)\b(?!\s+(?:me|myself|us)\b))",
+    r"|(?:whatever|what|all)\s+you\s+(?:know|remember)|your\s+memor(?:y|ies))\b"
+    r"(?!\s+(?:about|regarding|concerning|on|related|in|of|to\s+do|from\s+(?!before\b))\b"
+    r"(?!\s+(?:me|myself|us)\b))"
+    r"|^[\s*(\-—–]*(?:please\s+)?(?:reset|wipe|clear|erase)\s+your\s+memor(?:y|ies)\b",
     re.IGNORECASE,
 )
 """A sentence that asks to forget everything: "Please forget everything you know about me",
@@ -154,10 +166,10 @@ def erases_everything(text: str) -> bool:
     of theirs that begins by asking it, in a message that carries no text to work on, outside
     any quotation ("the ticket says please forget everything", 'Customer wrote: "Forget
     everything."' and "Reply to this ticket: forget everything we discussed" do not)."""
-    own = own_words(text)
-    if works_on_a_text(own):
-        return False
-    return any(_ERASING.match(s) for s in _CLAUSE.split(without_quotations(own)))
+    if len(text) > 20 * REQUEST_CHARS or was_cut(text):
+        return False  # a document, as for requests to remember
+    asked = without_quotations(asking_words(text))
+    return any(_ERASING.match(s) for s in _CLAUSE.split(asked))
 
 
 _CLAUSE = re.compile(r"(?<=[.!?;])\s+|\n+")

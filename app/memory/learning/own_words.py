@@ -27,9 +27,9 @@ What the user writes after a pasted document in the same message is masked with 
 document ends cannot be told, and it is the document's author who writes its last lines.
 
 Pasted text does not always come marked ("Summarise this:" and the text, "tl;dr" and a blank
-line, the text and then "Can you summarise this?"). A request to remember or to forget
-everything is the user's only in a message that does not carry a text to work on
-(:func:`works_on_a_text`); the words that ground a memory are masked as above, no more, so that
+line, the text and then "Can you summarise this?", a letter from "Hi Ana," to "Best, Tom"). A
+request to remember or to forget everything counts only in :func:`asking_words`, which leaves
+out such messages whole; the words that ground a memory are masked as above, no more, so that
 what the user tells of themselves in a long or structured message still counts.
 """
 
@@ -42,17 +42,26 @@ QUOTED_WORDS = 5
 PASTED_CHARS = 1000
 """A paragraph this long, beside others, is pasted: people do not type their news in one."""
 
-_FENCE = re.compile(r"(```|~~~).*?(?:\1|\Z)", re.S)
+_FENCE = re.compile(r"(```|~~~|\"\"\"|''').*?(?:\1|\Z)", re.S)
 _QUOTED_LINE = re.compile(r"^[ \t]*>[^\n]*", re.M)
-_QUOTATION = re.compile(r"\"[^\"\n]{1,2000}\"|“[^”\n]{1,2000}”")
+_QUOTES = (
+    r"\"[^\"\n]{Q}\"|“[^”\n]{Q}”|«[^»\n]{Q}»|„[^“”\n]{Q}[“”]|‚[^‘’\n]{Q}[‘’]|‘[^’\n]{Q}’|「[^」\n]{Q}」"
+    r"|(?<!\w)'(?:[^'\n]|'(?=\w)){Q}'(?!\w)"  # 'quoted', an apostrophe inside ("it's") kept
+)
+_QUOTATION = re.compile(_QUOTES.replace("{Q}", "{1,2000}"))
 _MAIL = re.compile(
     r"^[ \t]*(?:-{2,}\s*(?:original message|forwarded message)\s*-{2,}"
     r"|on\b[^\n]{0,200}\bwrote:[ \t]*$"
     r"|(?:from|sent|to|cc|subject|date|reply-to):[^\n]*\n"
-    r"[ \t]*(?:from|sent|to|cc|subject|date|reply-to):)",
+    r"[ \t]*(?:from|sent|to|cc|subject|date|reply-to):"
+    r"|from:[^\n@]*@[^\n]*$)",
     re.M | re.I,
 )
-_RAG_ELEMENT = re.compile(r"<(context|source)\b[^>]*>.*?</\1>", re.S | re.I)
+_RAG_ELEMENT = re.compile(
+    r"<(context|source|email|mail|message|document|doc|text|quote|letter|article|file|snippet|"
+    r"excerpt|transcript)\b[^>]*>.*?</\1>",
+    re.S | re.I,
+)
 _RAG_TASK = re.compile(r"\A\s*### Task:")
 _USER_QUERY = re.compile(r"<user_query>(.*?)</user_query>", re.S)
 _DOCUMENT = (
@@ -69,19 +78,53 @@ _INTRODUCER = re.compile(
 )
 """A line that introduces a document ("Can you summarise this email?" and a blank line,
 "Translate the following:"): what follows it is the document."""
-_WORK = re.compile(
-    r"\b(?:summari[sz](?:e|ing)|summary\s+of|tl;?\s?dr|translat(?:e|ion)|proofread|paraphrase|"
-    r"rephrase|reword)\b"
-    r"|\b(?:explain|analy[sz]e|review|reply\s+to|respond\s+to|answer|rewrite|shorten|fix|"
-    r"correct|edit|improve|check|read|think\s+(?:of|about)|make\s+of|thoughts\s+on|opinion\s+on)"
-    r"\s+(?:\w+\s+){0,2}?(?:this|these|that|those|it|the\s+(?:following|above)|below|above|"
-    r"the\s+" + _DOCUMENT + r"s?)\b",
-    re.I,
+_ASK = (
+    r"(?:^|(?<=[.!?:;])\s+|\b(?:can|could|would|will)\s+you\s+(?:please\s+)?|\bplease\s+)"
+    r"[\"'(*-]*"
 )
-"""What asks to work on a text: "summarise", "translate" alone; "reply to this", "what do you
-make of the email" with what they point at."""
-_COLON_LINE = re.compile(r"^[^\n]{0,200}:[ \t]*\n[ \t\n]*\S", re.M)
-_ANY_QUOTATION = re.compile(r"\"[^\"\n]{0,2000}\"|“[^”\n]{0,2000}”|‘[^’\n]{0,2000}’")
+"""Where a request to the assistant begins: a sentence's start, "can you", "please"."""
+_POINTED = r"\s+(?:\w+\s+){0,2}?(?:this|these|that|those|the\s+(?:following|above)|below|above)\b"
+_WORK = re.compile(
+    _ASK + r"(?:summari[sz]e|translate|proofread|paraphrase|rephrase|reword)\b"
+    r"|\btl;?\s?dr\b|\bsummary\s+of\s+(?:this|that|these|the)\b"
+    r"|" + _ASK + r"(?:explain|analy[sz]e|review|reply\s+to|respond\s+to|answer|rewrite|shorten|"
+    r"fix|correct|edit|improve|check|read)(?:"
+    + _POINTED
+    + r"|\s+(?:\w+\s+){0,2}?the\s+"
+    + _DOCUMENT
+    + r"s?\b)"
+    r"|\b(?:think\s+(?:of|about)|make\s+of|thoughts\s+on|opinion\s+on)"
+    + _POINTED
+    + r"|\b(?:sent|wrote|forwarded|texted|messaged|emailed|posted)\s+(?:me|us)\b"
+    r"|\b(?:got|received)\s+(?:this|that|the\s+following)\b"
+    r"|\bis\s+(?:this|that|it)\s+(?:a\s+)?(?:phishing|spam|scam|legit|real|fake|genuine)\b"
+    r"|\bhow\s+(?:should|do|would|can)\s+i\s+(?:handle|answer|reply\s+to|respond\s+to|deal\s+with)"
+    r"\s+(?:it|this|that|them)\b",
+    re.I | re.M,
+)
+"""What asks to work on a text: "summarise this", "Can you translate...", "tl;dr", "reply to the
+email", "what do you make of that", "what my colleague sent me", "is this phishing". The verbs
+count where they ask something (a sentence's start, "can you", "please"): "I'm learning to
+translate Japanese" and "I need to review the contract" ask nothing."""
+_COLON_LINE = re.compile(r"^([^\n]{0,200}):[ \t]*\n[ \t\n]*\S", re.M)
+"""A line ending in a colon, text after it: "Here it is:"."""
+_DOCUMENT_COLON = re.compile(
+    r"^([^\n:]{0,200}?\b" + _DOCUMENT + r"s?\b[^\n:]{0,40}):\s*\S", re.M | re.I
+)
+"""A line that names a document, then a colon and text: "Weird message on WhatsApp: Hi..."."""
+_REMEMBERING = re.compile(r"\b(?:remember|note|keep\s+in\s+mind|forget)\b", re.I)
+_GREETING = re.compile(
+    r"^[ \t]*(?:dear\b[^\n]{0,60}|(?:hi|hello|hey|good\s+(?:morning|afternoon|evening))\s+"
+    r"[A-Z][\w.'-]*(?:\s+[A-Z][\w.'-]*)?)[,:!][ \t]*$",
+    re.M,
+)
+_SIGN_OFF = re.compile(
+    r"^[ \t]*(?:best|regards|kind\s+regards|best\s+regards|warm\s+regards|thanks|thank\s+you|"
+    r"cheers|sincerely|yours|best\s+wishes|all\s+the\s+best)\b[^\n]{0,40}$",
+    re.M | re.I,
+)
+_ANY_QUOTATION = re.compile(_QUOTES.replace("{Q}", "{0,2000}"))
+_SENTENCE_END = re.compile(r"[.!?]\s+")
 _NOT_NEWLINE = re.compile(r"[^\n]")
 _PARAGRAPH = re.compile(r"[^\n](?:[^\n]|\n(?![ \t]*\n))*")
 
@@ -109,11 +152,24 @@ def own_words(text: str) -> str:
     return _blank(text, spans) if spans else text
 
 
-def works_on_a_text(own: str) -> bool:
-    """Whether a user turn's own words (:func:`own_words`) ask to work on a text (summarise,
-    translate, reply to this...), or introduce one with a line that ends in a colon ("Here it
-    is:"): such a message carries someone else's words."""
-    return _WORK.search(own) is not None or _COLON_LINE.search(own) is not None
+def asking_words(text: str) -> str:
+    """The words of a user turn in which the user may ask memproxy to remember or to forget
+    everything: :func:`own_words`, none at all in a message that asks to work on a text
+    (:data:`_WORK`) or holds a letter (a greeting to someone by name and a sign-off), and only
+    those before a line that introduces a text with a colon ("Here it is:", "Weird message on
+    WhatsApp: ...", not "Remember my address:"). The same length as `text`, newlines in place."""
+    own = own_words(text)
+    if _WORK.search(own) or (_GREETING.search(own) and _SIGN_OFF.search(own)):
+        return _blank(own, [(0, len(own))])
+    starts = [m.end(1) for m in _COLON_LINE.finditer(own) if not _remembering(m.group(1))]
+    starts += [m.end(1) for m in _DOCUMENT_COLON.finditer(own) if not _remembering(m.group(1))]
+    return _blank(own, [(min(starts), len(own))]) if starts else own
+
+
+def _remembering(line: str) -> bool:
+    """Whether the last sentence of a line before a colon asks to remember what follows it
+    ("Remember my address:"; not "Remember that I'm vegan. Here it is:")."""
+    return _REMEMBERING.search(_SENTENCE_END.split(line)[-1]) is not None
 
 
 def without_quotations(text: str) -> str:

@@ -208,7 +208,7 @@ class Worker:
             job.model, memories=shown, context=context, new=new, now=now()
         )
         # Up to ~100 turns of 8,000 characters: stemming and searching them would hold the loop.
-        grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown)
+        grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown, new)
         operations = await asyncio.to_thread(with_requests, operations, new, grounds)
         return operations, aliases, grounds
 
