@@ -92,6 +92,56 @@ def test_ids_of_one_script_whose_letters_all_look_latin_are_kept(name: str) -> N
     assert all(c in set().union(*LOOK_LATIN.values()) for c in name if c.isalpha())
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "david-\u05d3\u05d5\u05d3",  # david-דוד: Latin with Hebrew
+        "ali-\u0639\u0644\u06cc",  # ali-علی: Latin with Arabic
+        "\u0e2a\u0e21\u0e0a\u0e32\u0e22 s.",  # สมชาย s.: Thai with Latin
+        "\u10dc\u10d8\u10dc\u10dd nino",  # ნინო nino: Georgian with Latin
+        "\u0639\u0644\u06cc\u200c\u0631\u0636\u0627",  # علی‌رضا: ZWNJ after a joining letter
+        "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",  # می‌خواهم
+        "\u0dc1\u0dca\u200d\u0dbb\u0dd3 \u0dbd\u0d82\u0d9a\u0dcf",  # ශ්‍රී ලංකා: ZWJ after a virama
+        "\u0915\u094d\u200d\u0937",  # क्‍ष: a half form (ZWJ after the virama)
+        "\u0915\u094d\u200c\u0937",  # क्‌ष: the virama shown (ZWNJ after it)
+    ],
+)
+def test_latin_with_one_script_that_does_not_look_latin_and_joiners_that_show_are_kept(
+    name: str,
+) -> None:
+    """UTS #39's "moderately restrictive" mixes; ZWNJ and ZWJ where they change what is shown
+    (IDNA's CONTEXTJ rules)."""
+    assert normal_user_id(name) == name
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("\u03b4\u03b7\u03bc\u03ae\u03c4\u03c1\u03b7\u03c2@gmail.com", "Greek and Latin"),
+        ("\u0570ello", "Armenian and Latin"),  # Armenian "հ" passes for "h"
+        ("\u13aalice", "Cherokee and Latin"),  # Cherokee "Ꭺ" passes for "A"
+        ("\ua4e2am", "Latin and Lisu"),  # Lisu "ꓢ" passes for "S"
+        ("\u0391\u043b\u0438\u0441\u0430", "Cyrillic and Greek"),  # Greek "Α" with Cyrillic
+        ("\u05d3\u05d5\u05d3-\u0639\u0644\u06cc", "Arabic and Hebrew"),  # no Latin: one script
+        ("david-\u05d3\u05d5\u05d3-\u0639\u0644\u06cc", "Arabic and Hebrew and Latin"),
+        ("alice\u200d", "(U+200D)"),  # after a Latin letter, a joiner shows nothing
+        ("alice\u200c", "(U+200C)"),
+        ("\u0631\u200c\u0636\u0627", "(U+200C)"),  # after "ر", which never joins what follows
+        ("\u0639\u0644\u06cc\u200c", "(U+200C)"),  # at the end: nothing to keep apart
+        ("\u200c\u0639\u0644\u06cc", "(U+200C)"),
+        ("\u0639\u200d\u0644\u06cc", "(U+200D)"),  # Arabic letters join anyway
+        ("\u0915\u200d\u0937", "(U+200D)"),  # no virama before it
+        ("\u0915\u094d\u200d", "(U+200D)"),  # no letter after it
+        ("\u0915\u094d\u200dx", "(U+200D)"),  # a Latin letter after it
+        ("\u0dc1\u0dca\u200d\u0937", "(U+200D)"),  # a Sinhala virama, a Devanagari letter
+    ],
+)
+def test_look_alike_mixes_and_joiners_that_show_nothing_are_refused(given: str, says: str) -> None:
+    with pytest.raises(UserIdRefused) as refused:
+        normal_user_id(given)
+    assert says in str(refused.value)
+
+
 LOOK_ALIKES = {
     "a\u217cice": "a variant form of 'l' (U+217C)",  # SMALL ROMAN NUMERAL FIFTY (Nl)
     "bob\u2180": "scripts (Latin and Roman)",  # a numeral (Nl) with no compatibility form

@@ -16,10 +16,16 @@ code points, so :func:`normal_user_id` makes it one:
 - refused: variant forms of other characters, those Unicode's compatibility normalisation
   (NFKC) replaces: fullwidth ``ａｌｉｃｅ``, mathematical ``𝐚𝐥𝐢𝐜𝐞``, Roman numerals ``aⅼice``,
   ligatures, superscripts, circled digits;
-- refused: letters and numerals of two scripts that can pass for each other in one id (Latin
-  with Cyrillic ``аlice``, or with Greek). An id of one script (``Алиса``, ``Ελένη``) is kept,
-  as are the mixes of East Asian names (Han with Hiragana, Katakana, Hangul or Bopomofo, each
-  also with Latin: ``Zoë-東京``);
+- refused: letters and numerals of scripts that can pass for each other in one id (UTS #39's
+  "moderately restrictive" profile): an id of one script (``Алиса``, ``Ελένη``) is kept, as
+  are Latin with one other script whose letters do not pass for Latin ones (``david-דוד``,
+  :data:`LATIN_MIXES_WITH`) and the mixes of East Asian names (Han with Hiragana, Katakana,
+  Hangul or Bopomofo, each also with Latin: ``Zoë-東京``); Latin with Cyrillic (``аlice``),
+  Greek, Armenian, Cherokee or Lisu, two scripts without Latin, or three, are refused;
+- kept: the zero-width non-joiner and joiner (U+200C, U+200D) where they change what is shown
+  (IDNA's CONTEXTJ rules, RFC 5892): after a virama, before a letter of its script (``क्‍ष``,
+  ``ශ්‍රී``), and the non-joiner between two Arabic letters that would join (``علی‌رضا``);
+  anywhere else they show nothing and are refused;
 - kept: a Cyrillic or Greek id every letter of which looks like a Latin one (``аӏісе``,
   ``ВОВ``, ``ροκ``; UTS #39's whole-script confusables), since real names are written so
   (``Вера``, ``АННА``): the memory page shows such an id's letters as code points
@@ -46,6 +52,18 @@ EAST_ASIAN = (
     frozenset({"LATIN", "HAN", "HANGUL"}),
 )
 """Scripts written together (Unicode's "highly restrictive" mixes, UTS #39)."""
+LATIN_MIXES_WITH = frozenset({
+    "ARABIC", "BENGALI", "BOPOMOFO", "DEVANAGARI", "ETHIOPIC", "GEORGIAN", "GUJARATI", "GURMUKHI",
+    "HAN", "HANGUL", "HEBREW", "HIRAGANA", "KANNADA", "KATAKANA", "KHMER", "LAO", "MALAYALAM",
+    "MYANMAR", "ORIYA", "SINHALA", "TAMIL", "TELUGU", "THAANA", "THAI", "TIBETAN",
+})  # fmt: skip
+"""The scripts Latin may mix with in one id: Unicode's recommended scripts (UAX #31, table 5)
+but Cyrillic, Greek and Armenian, many letters of which pass for Latin ones (UTS #39's
+"moderately restrictive" profile; Armenian as browsers add it). Scripts not recommended
+(Cherokee, Lisu, Roman numerals...) mix with none."""
+ZWNJ, ZWJ = "\u200c", "\u200d"
+VIRAMA = 9
+"""The canonical combining class of a virama (Devanagari's, Sinhala's al-lakuna...)."""
 LOOK_LATIN = {
     "CYRILLIC": frozenset("аеорсухіјѕԁӏһԛԝԍѵүҽѡ" + "АВЕКМНОРСТУХІЈЅӀҺԚԜԌѴҮѠ"),
     "GREEK": frozenset("αικνορτυχγϲϳ" + "ΑΒΕΖΗΙΚΜΝΟΡΤΥΧϹͿ"),
@@ -74,8 +92,10 @@ def normal_user_id(raw: str) -> str:
     if len(value) > MAX_USER_ID_LENGTH:
         raise UserIdRefused(f"is longer than {MAX_USER_ID_LENGTH} characters")
     scripts: set[str] = set()
-    for char in value:
+    for at, char in enumerate(value):
         category = unicodedata.category(char)
+        if char in (ZWNJ, ZWJ) and _joiner_shows(value, at):
+            continue
         if char != " " and (category in REFUSED_CATEGORIES or ord(char) in BLANK_LETTERS):
             kind = "a control" if category == "Cc" else "an invisible or formatting"
             raise UserIdRefused(f"contains {kind} character (U+{ord(char):04X})")
@@ -87,7 +107,7 @@ def normal_user_id(raw: str) -> str:
         # Numerals too (Nl, No): a Roman numeral or a Gothic one passes for a letter.
         if (category[0] == "L" or category in ("Nl", "No")) and (script := script_of(char)):
             scripts.add(script)
-    if len(scripts) > 1 and not any(scripts <= allowed for allowed in EAST_ASIAN):
+    if not _mix_kept(scripts):
         names = " and ".join(sorted(s.title() for s in scripts))
         raise UserIdRefused(
             f"mixes letters of several scripts ({names}), so it could pass for another id"
@@ -113,3 +133,48 @@ def script_of(letter: str) -> str:
     script). Variant forms (fullwidth, halfwidth, mathematical) are refused before this asks."""
     first = unicodedata.name(letter, "UNKNOWN").split()[0]
     return _SCRIPT_OF_NAME.get(first, first)
+
+
+def _mix_kept(scripts: set[str]) -> bool:
+    """Whether letters of these scripts may stand in one id (UTS #39, moderately restrictive)."""
+    if len(scripts) <= 1 or any(scripts <= allowed for allowed in EAST_ASIAN):
+        return True
+    return len(scripts) == 2 and "LATIN" in scripts and scripts - {"LATIN"} <= LATIN_MIXES_WITH
+
+
+def _joiner_shows(value: str, at: int) -> bool:
+    """Whether the ZWNJ or ZWJ at `at` changes what is shown (RFC 5892's CONTEXTJ rules, with a
+    letter after it asked for): after a virama, before a letter of the virama's script; a ZWNJ
+    also between an Arabic letter that joins what follows (vowel marks on it skipped, as IDNA's
+    transparent ones are) and one that joins what precedes."""
+    after = value[at + 1 : at + 2]
+    if not after or not unicodedata.category(after).startswith("L"):
+        return False
+    before = value[at - 1] if at else ""
+    if before and unicodedata.combining(before) == VIRAMA:
+        return script_of(before) == script_of(after)
+    letter = at - 1
+    while letter >= 0 and unicodedata.category(value[letter]) == "Mn":
+        letter -= 1
+    joins = letter >= 0 and value[letter] in JOINS_NEXT and after in JOINS_PREVIOUS
+    return value[at] == ZWNJ and joins
+
+
+def _arabic_joining() -> tuple[frozenset[str], frozenset[str]]:
+    """The Arabic letters that join the letter after them (they have an initial or medial form)
+    and those that join the one before (a final or medial form), read from Unicode's
+    presentation forms (Python's unicodedata has no joining types)."""
+    joins_next: set[str] = set()
+    joins_previous: set[str] = set()
+    for code in (*range(0xFB50, 0xFE00), *range(0xFE70, 0xFF00)):
+        name = unicodedata.name(chr(code), "")
+        letter = unicodedata.normalize("NFKC", chr(code))
+        if len(letter) == 1 and name.startswith("ARABIC LETTER"):
+            if name.endswith(("INITIAL FORM", "MEDIAL FORM")):
+                joins_next.add(letter)
+            if name.endswith(("FINAL FORM", "MEDIAL FORM")):
+                joins_previous.add(letter)
+    return frozenset(joins_next), frozenset(joins_previous)
+
+
+JOINS_NEXT, JOINS_PREVIOUS = _arabic_joining()

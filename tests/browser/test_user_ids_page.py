@@ -34,6 +34,13 @@ SHOWN = {
     "Jose\u0301\u200b": "Jose\\u{301}\\u{200B}",  # NFD with a zero-width space: kept as stored
     "\u0414\u043c\u0438\u0442\u0440\u0438\u0439": "\u0414\u043c\u0438\u0442\u0440\u0438\u0439",
     "\u0395\u03bb\u03ad\u03bd\u03b7": "\u0395\u03bb\u03ad\u03bd\u03b7",  # Ελένη
+    "\u0251lice": "\\u{251}lice",  # Latin alpha "ɑ", kept by the rule: shown escaped
+    "a\u01c0ice": "a\\u{1C0}ice",  # Latin dental click "ǀ"
+    "ali\u0307ce": "ali\\u{307}ce",  # a dot above the "i", in NFC (none precomposed)
+    "o\u02bcbrien": "o\\u{2BC}brien",  # a modifier letter apostrophe
+    "\u0570ello": "\\u{570}ello",  # Armenian "հ" beside Latin letters
+    "Zo\u00eb Nu\u00f1ez-Bj\u00f6rk": "Zo\u00eb Nu\u00f1ez-Bj\u00f6rk",  # accents: as they are
+    "david-\u05d3\u05d5\u05d3": "david-\u05d3\u05d5\u05d3",  # Latin with Hebrew
 }
 
 

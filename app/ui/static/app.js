@@ -288,17 +288,28 @@ async function wipe() {
 // A user id stored before ids were checked (app/proxy/user_ids.py) may pass for another: what
 // could is shown as \u{...} here, so that two ids never look alike. Characters that show nothing
 // (zero-width, bidi controls, odd spaces, fillers), variant forms (fullwidth, mathematical),
-// accents of an id not in NFC, Cyrillic or Greek letters beside Latin ones, and the letters of
-// an id every letter of which passes for a Latin one (as the server's table says).
+// accents of an id not in NFC, letters of Cyrillic, Greek, Armenian, Cherokee or Lisu beside
+// Latin ones, and the letters of an id every letter of which passes for a Latin one (as the
+// server's table says). Ids the rule keeps may hold Latin letters that pass for ASCII ones
+// (LOOK_ASCII: "ɑ", "ǀ", small capitals, apostrophe-like letters) and marks on a Latin letter
+// that NFC leaves apart ("i" with a dot above): these are shown escaped too; accented letters
+// NFC composes ("é", "ö", "ñ") are shown as they are.
 const BLANK = /[\p{C}\p{Z}\u115F\u1160\u3164\uFFA0\u2800\u034F\u17B4\u17B5\u180B-\u180D\uFE00-\uFE0F\u{E0100}-\u{E01EF}]/u;
 const LOOK_LATIN = /^[аеорсухіјѕԁӏһԛԝԍѵүҽѡАВЕКМНОРСТУХІЈЅӀҺԚԜԌѴҮѠαικνορτυχγϲϳΑΒΕΖΗΙΚΜΝΟΡΤΥΧϹͿ]$/u;
+const LOOK_ASCII = /^[ɑɡɩȷǀǁǃʼꞌᴀʙᴄᴅᴇɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢ]$/u;
+const NOT_WITH_LATIN = /\p{Script=Cyrillic}|\p{Script=Greek}|\p{Script=Armenian}|\p{Script=Cherokee}|\p{Script=Lisu}/u;
 const shownId = (id) => {
   const latin = /\p{Script=Latin}/u.test(id);
   const letters = [...id.normalize("NFD")].filter((c) => /\p{L}/u.test(c));
   const lookLatin = !latin && letters.length > 0 && letters.every((c) => LOOK_LATIN.test(c));
-  const odd = (c) => c !== " " && (BLANK.test(c) || c.normalize("NFKC") !== c
-    || (id.normalize("NFC") !== id && /\p{M}/u.test(c))
-    || ((latin || lookLatin) && /\p{Script=Cyrillic}|\p{Script=Greek}/u.test(c)));
+  let base = "";  // the character a mark sits on
+  const odd = (c) => {
+    const mark = /\p{M}/u.test(c);
+    if (!mark) base = c;
+    return c !== " " && (BLANK.test(c) || c.normalize("NFKC") !== c || LOOK_ASCII.test(c)
+      || (mark && (id.normalize("NFC") !== id || /\p{Script=Latin}/u.test(base)))
+      || ((latin || lookLatin) && NOT_WITH_LATIN.test(c)));
+  };
   return [...id].map((c) => (odd(c) ? `\\u{${c.codePointAt(0).toString(16).toUpperCase()}}` : c)).join("");
 };
 

@@ -1,23 +1,27 @@
 """Migration 0006 (issue 23, point 10): users stored before ids were normalised keep their
 memories. An id stored in another form than NFC (``José`` typed with a combining accent) is
-rewritten to the form every request now names it by, in every table that holds a user id; where
-that form is a user too, the two are one user (rows unique per user kept once). Ids the rule
-now refuses stay as they are (a move takes them as stored). On SQLite and PostgreSQL."""
+rewritten to its NFC form, in every table that holds a user id; where that form is a user too,
+the two are one user (rows unique per user kept once), whose version passes every memory's
+sequence. Nothing else is changed, whatever the rule of the running version says: ids it
+refuses are counted in the log (a move takes them as stored). On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from alembic import command
-from sqlalchemy import insert, select, text
+from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+import app.proxy.user_ids
 from app.memory.store.db import alembic_config, create_engine, upgrade
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
@@ -33,7 +37,9 @@ from tests import databases
 
 NFC, NFD = "Jos\u00e9", "Jose\u0301"
 ONLY_NFD, ONLY_NFC = "Rene\u0301e", "Ren\u00e9e"  # no NFC twin stored
-REFUSED = "Jose\u0301\u200b"  # NFD with a zero-width space: refused now, so left as stored
+REFUSED = "Jose\u0301\u200b"  # NFD with a zero-width space: refused now, yet put in NFC
+REFUSED_NFC = "Jos\u00e9\u200b"
+LOOK_ALIKE = "\u0430lice"  # a Cyrillic "а": refused now, and left as stored (it is in NFC)
 EARLY, LATE = datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 6, 1, tzinfo=UTC)
 TABLES = (Memory, UserState, MemoryEvent, ManagerJob, ProcessedTurn, ManagerState)
 
@@ -76,6 +82,7 @@ async def store_as_before(engine: AsyncEngine) -> dict[str, list[str]]:
         (NFC, ["Lives in Lisbon"]),
         (ONLY_NFD, ["Likes jazz"]),
         (REFUSED, ["Hidden"]),
+        (LOOK_ALIKE, ["Looks like alice"]),
         ("ann", ["Likes rain"]),
     ):
         written = await store.add(user, [NewMemory(t) for t in texts])
@@ -115,11 +122,11 @@ async def scenario(url: str) -> None:
         await upgrade(engine)
 
         users = {u.user_id for u in (await store.user_summaries())[0]}
-        assert users == {NFC, ONLY_NFC, REFUSED, "ann"}
+        assert users == {NFC, ONLY_NFC, REFUSED_NFC, LOOK_ALIKE, "ann"}
         async with engine.connect() as connection:
             for table in TABLES:
                 held = set(await connection.scalars(select(table.user_id).distinct()))
-                assert held <= users and not held & {NFD, ONLY_NFD}, table.__tablename__
+                assert held <= users and not held & {NFD, ONLY_NFD, REFUSED}, table.__tablename__
         # The two Josés are one user: every memory, with its history (a deleted one's too).
         josé = {m.id: m.content for m in (await store.page(NFC))[0]}
         assert set(josé.values()) == {"Likes tea", "Plays chess", "Lives in Lisbon", "Reads a lot"}
@@ -133,7 +140,8 @@ async def scenario(url: str) -> None:
         assert {r.content for r in caught_up.rows} == {"Likes tea", "Plays chess"}
         assert await store.version(ONLY_NFC) > versions[ONLY_NFD]
         assert [m.content for m in (await store.page(ONLY_NFC))[0]] == ["Likes jazz"]
-        assert [m.content for m in (await store.page(REFUSED))[0]] == ["Hidden"]
+        assert [m.content for m in (await store.page(REFUSED_NFC))[0]] == ["Hidden"]
+        assert [m.content for m in (await store.page(LOOK_ALIKE))[0]] == ["Looks like alice"]
         async with engine.connect() as connection:
             turns = await connection.execute(
                 select(ProcessedTurn.user_id, ProcessedTurn.fingerprint)
@@ -154,10 +162,10 @@ async def scenario(url: str) -> None:
                 12: (NFC, "queued", None),
                 13: (NFC, "queued", None),
                 14: (ONLY_NFC, "running", "old-process"),
-                15: (REFUSED, "queued", None),
+                15: (REFUSED_NFC, "queued", None),
             }
             rows = await connection.scalar(text("SELECT count(*) FROM user_state"))
-            assert rows == 4  # NFC, ONLY_NFC, REFUSED, ann: no NFD row left
+            assert rows == 5  # NFC, ONLY_NFC, REFUSED_NFC, LOOK_ALIKE, ann: no NFD row left
 
         await upgrade(engine)  # once at the head, nothing more happens
         assert await store.version(NFC) == version
@@ -165,6 +173,63 @@ async def scenario(url: str) -> None:
         await engine.dispose()
 
 
-def test_users_stored_in_another_form_than_nfc_become_the_nfc_user(tmp_path: Path) -> None:
+def test_users_stored_in_another_form_than_nfc_become_the_nfc_user(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="alembic.runtime.migration")
     with database(tmp_path) as url:  # (asyncio.run: PostgreSQL's is made outside any loop)
         asyncio.run(scenario(url))
+    (said,) = [r.getMessage() for r in caplog.records if "refuse" in r.getMessage()]
+    assert said.startswith("2 stored user ids are refused") and "memories move --from" in said
+    assert "Jos" not in said and "lice" not in said  # a count, no ids
+
+
+async def version_passes_every_memory(url: str) -> None:
+    """A user with memories and no ``user_state`` row (version 0) still gets a version past
+    every one of its memories' ``seq`` when merged: a cache never misses a memory."""
+    engine = create_engine(url)
+    try:
+        await migrate_to(engine, "0005")
+        store = MemoryStore(engine)
+        await store.add(NFD, [NewMemory("Likes tea")])
+        for text_ in ("Lives in Lisbon", "Reads a lot", "Plays the cello"):
+            await store.add(NFC, [NewMemory(text_)])
+        async with engine.begin() as connection:
+            await connection.execute(delete(UserState))
+
+        await upgrade(engine)
+
+        async with engine.connect() as connection:
+            seq = await connection.scalar(select(func.max(Memory.seq)))
+        assert await store.version(NFC) == seq == 4  # past NFC's 3 writes; the moved carry it
+        assert len((await store.snapshot(NFC)).rows) == 4
+    finally:
+        await engine.dispose()
+
+
+def test_a_merged_user_s_version_passes_its_memories(tmp_path: Path) -> None:
+    with database(tmp_path) as url:
+        asyncio.run(version_passes_every_memory(url))
+
+
+async def only_nfc(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        await migrate_to(engine, "0005")
+        store = MemoryStore(engine)
+        for user in (NFD, " ann ", "bob", LOOK_ALIKE):
+            await store.add(user, [NewMemory(f"A memory of {user}")])
+        await upgrade(engine)
+        return {u.user_id for u in (await store.user_summaries())[0]}
+    finally:
+        await engine.dispose()
+
+
+def test_the_migration_applies_nfc_whatever_the_running_rule_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0006 does what it did when it was written: a later rule (here one that upper-cases and
+    refuses nothing) changes no stored id."""
+    monkeypatch.setattr(app.proxy.user_ids, "normal_user_id", lambda raw: raw.strip().upper())
+    with database(tmp_path) as url:
+        assert asyncio.run(only_nfc(url)) == {NFC, "ann", "bob", LOOK_ALIKE}
