@@ -75,13 +75,9 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
 
 def _dispatch(args: argparse.Namespace, embedder: TextEmbedder | None) -> int:
     if args.command == "fake-upstream":  # reads no settings
-        import uvicorn
+        from app.devtools.serve_fake import serve
 
-        from app.devtools.fake_upstream import FakeUpstream
-
-        uvicorn.run(
-            FakeUpstream(), host=args.host, port=args.port, access_log=False, log_level="warning"
-        )
+        serve(args.host, args.port)  # prints where it listens once it does
         return 0
     # The app reads its settings from the environment: put the flags there, so what it reports
     # at start is where it really listens, and which database it really opened.
@@ -146,8 +142,12 @@ def _check_database(args: argparse.Namespace, settings: Settings, *, create: boo
     else what to call it: the SQLite file, or the URL with its password and query values masked."""
     from app.log import mask_url
     from app.memory.store.db import DatabaseUnavailable, check_database
+    from app.memory.store.driver import missing_driver_line
 
     source = _source(args)
+    missing = missing_driver_line(settings.database_url, source)
+    if missing is not None:  # else a traceback from deep in SQLAlchemy, at the first connection
+        raise ConfigError([missing])
     try:
         path = check_database(settings.database_url, create=create)
     except DatabaseUnavailable as exc:

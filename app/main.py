@@ -42,6 +42,7 @@ from app.memory import (
     upgrade,
 )
 from app.memory.search.onnx_cache import DamagedExport
+from app.memory.store.driver import missing_driver_line
 from app.metrics import Metrics
 from app.middleware import RequestIdMiddleware
 from app.origin_guard import OriginGuard
@@ -81,6 +82,8 @@ def create_app(
     authenticator = Authenticator(settings.parsed_api_keys)
     metrics = Metrics()  # here, not in the lifespan: the middleware counts requests into it
     mcp = McpEndpoint(settings)  # its session manager runs in the lifespan
+    if embedder_now:  # served: a missing database driver ends the start in one line
+        _driver_or_exit(settings)
     loaded = _embedder_or_exit(settings) if embedder_now and embedder is None else None
 
     @asynccontextmanager
@@ -178,6 +181,12 @@ def create_app(
     app.add_middleware(OriginGuard, settings=settings)  # runs before BodyGuard (added after it)
     app.add_middleware(RequestIdMiddleware, metrics=metrics)
     return app
+
+
+def _driver_or_exit(settings: Settings) -> None:
+    missing = missing_driver_line(settings.database_url, "MEMPROXY_DATABASE_URL")
+    if missing is not None:
+        exit_start([missing])
 
 
 def _embedder_or_exit(settings: Settings) -> TextEmbedder:

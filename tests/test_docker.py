@@ -15,6 +15,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
+from importlib.metadata import requires
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -22,6 +23,7 @@ import httpx
 import pytest
 import uvicorn
 import yaml
+from sqlalchemy.engine import make_url
 from starlette.responses import JSONResponse
 
 from app import cli
@@ -156,7 +158,7 @@ def test_torch_is_the_pinned_cpu_build_installed_before_the_rest() -> None:
     torch = next(i for i, run in enumerate(runs) if "torch==" in run)
     assert f'"{makefile_pin.group(1)}"' in runs[torch]
     assert "--index-url" in runs[torch] and "download.pytorch.org/whl/cpu" in runs[torch]
-    project = next(i for i, run in enumerate(runs) if re.search(r"pip install \.(\s|$)", run))
+    project = next(i for i, run in enumerate(runs) if re.search(r'pip install "?\.[\[\s"]', run))
     assert torch < project
 
 
@@ -362,6 +364,21 @@ def test_the_scaled_settings_point_every_replica_at_the_profiles_postgresql() ->
     assert interpolated(SERVICES["memproxy-lb"]["ports"][0]).endswith(":8000")
 
 
+def test_the_served_venv_has_the_driver_of_every_database_the_stack_can_use() -> None:
+    """The image's serving stage installs docker/runtime_requirements.py's lines: they hold the
+    driver of the default SQLite URL and of the postgres profile's URL (asyncpg, an extra), or
+    every replica of the scaled stack would fail at start."""
+    names = {re.split(r"[\[=]", line)[0].lower() for line in runtime_requirements()}
+    urls = [interpolated(SERVICES["memproxy"]["environment"]["MEMPROXY_DATABASE_URL"]),
+            scaled_env()["STACK_DATABASE_URL"], RUNTIME.env()["MEMPROXY_DATABASE_URL"]]  # fmt: skip
+    drivers = {make_url(url).get_driver_name() for url in urls}
+    assert drivers == {"aiosqlite", "asyncpg"} and drivers <= names, names
+    # pinned as the build stage installed them, with the extra
+    assert any('pip install ".[postgres]"' in run for run in BUILD.all("RUN"))
+    # `make install` has it too: its dev extra includes the postgres one.
+    assert 'memproxy[postgres]; extra == "dev"' in (requires("memproxy") or [])
+
+
 def test_the_balancer_sends_each_user_to_one_replica_of_memproxy() -> None:
     service = SERVICES["memproxy-lb"]
     (mount,) = service["volumes"]
@@ -374,6 +391,17 @@ def test_the_balancer_sends_each_user_to_one_replica_of_memproxy() -> None:
     # By address: `consistent` hashes server names, which every resolved replica shares.
     assert re.search(r"^\s*hash \$memproxy_user;$", conf, re.M)
     assert "default $http_x_openwebui_user_id;" in conf  # Open WebUI's user header first
+    # In signed-token mode Open WebUI sends no X-OpenWebUI-User-Id, only its signed token: the
+    # token (one per user) names the user then, before the caller's key (one for all of Open
+    # WebUI, which would send every user to one replica).
+    maps = {target: (source, body) for source, target, body in
+            re.findall(r"map (\$\w+) (\$\w+) \{(.*?)\}", conf, re.S)}  # fmt: skip
+    assert maps["$memproxy_user"][0] == "$http_x_openwebui_user_id"
+    assert re.search(r'""\s+\$memproxy_signed_user;', maps["$memproxy_user"][1])
+    source, body = maps["$memproxy_signed_user"]
+    assert source == "$http_x_openwebui_user_jwt"
+    assert re.search(r'""\s+\$http_authorization;', body)
+    assert "default $http_x_openwebui_user_jwt;" in body
     assert Settings().user_id_headers[0] == "X-OpenWebUI-User-Id"
     assert "proxy_buffering off;" in conf  # streamed answers pass through as they come
     # Idle upstream connections dropped before uvicorn drops them (5 s): no request is sent on

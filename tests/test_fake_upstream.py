@@ -4,6 +4,9 @@ real Manager; and a whole chat -> job -> Worker -> stored memory run on loopback
 
 from __future__ import annotations
 
+import select
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +24,7 @@ from app.memory.learning.decisions import Op
 from app.memory.learning.manager import Manager
 from app.memory.learning.prompt import INSTRUCTIONS, Shown, build_prompt
 from app.memory.learning.turns import turn
+from tests.helpers import free_port
 from tests.servers import serve_stack
 
 NOW = datetime(2026, 11, 22, 15, 4, tzinfo=UTC)
@@ -172,3 +176,22 @@ def test_a_remembered_fact_is_stored_through_the_real_worker(
         assert (memory["content"], memory["source"]) == ("The user plays chess", "manager")
         chat(stack.proxy_url, "Forget that I play chess")
         wait_until(lambda: not memories(stack.proxy_url))
+
+
+def test_the_command_says_where_it_listens_once_it_does() -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "fake-upstream", "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        printed, _, _ = select.select([process.stdout], [], [], 60)
+        assert printed, "fake-upstream printed nothing in 60 s"
+        line = process.stdout.readline().rstrip("\n")
+        url = f"http://127.0.0.1:{port}"
+        assert line == f"fake upstream listening on {url} (OpenAI base URL: {url}/v1)"
+        assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 200  # already listening
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

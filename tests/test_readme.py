@@ -99,6 +99,11 @@ def test_readme_has_the_examples() -> None:
     assert README.startswith("# memproxy\n\n```bash\nmake run")
     assert "make run" in TRY_IT and "MEMPROXY_UPSTREAM_BASE_URL=http://127.0.0.1:9000/v1" in TRY_IT
     assert "fake-upstream" in TRY_IT and "not a model" in TRY_SECTION
+    # On a fresh clone there is no .venv until a make target installs it: nothing runs from it
+    # before `make install` (the fixture runs the block where .venv exists already).
+    lines = TRY_IT.splitlines()
+    first_venv = next((i for i, line in enumerate(lines) if ".venv/" in line), len(lines))
+    assert any(line.strip() == "make install" for line in lines[:first_venv]), TRY_IT
     assert [lang for lang, _ in WALKTHROUGH] == ["bash", "bash", "bash", "", "bash", ""]
     assert len(CURL) == 3 and len(PYTHON) == 1 and len(MEMORY_CURL) == 6
 
