@@ -23,6 +23,14 @@ from app.config import Settings
 from app.log import mask_url
 
 PREFIX = "MEMPROXY_"
+PROJECT_VARIABLES = {
+    "MEMPROXY_TEST_DATABASE_URL": "tests/databases.py: run the tests on this PostgreSQL server",
+    "MEMPROXY_TEST_CHROMIUM": "tests/browser/conftest.py: the Chromium the page's tests drive",
+    "MEMPROXY_SCREENSHOT_DIR": "tests/browser/conftest.py: where the page's screenshots go",
+    "MEMPROXY_LLM_CACHE": "bench/llm_install.py: where the benchmarks' local models are kept",
+}
+"""The project's own ``MEMPROXY_`` variables, read by its tests and benchmarks: no setting of the
+server, and no misspelling of one either (tests/test_config_cli.py checks the list is whole)."""
 SECRET_WORDS = ("key", "secret", "password")
 """A setting whose name holds one of these has its value masked in messages."""
 
@@ -119,8 +127,10 @@ def _expected(field: str, error: ErrorDetails) -> str:
 
 def unknown_settings(environ: Mapping[str, str] | None = None) -> list[str]:
     """A warning for each ``MEMPROXY_`` variable, in the environment or the ``.env`` file, that
-    is no setting, naming the closest one (variables of other programs are not looked at)."""
+    is no setting, naming the closest one (variables of other programs, and the project's own,
+    :data:`PROJECT_VARIABLES`, are not looked at)."""
     known = [name.upper() for name in Settings.model_fields]
+    known += [name.removeprefix(PREFIX) for name in PROJECT_VARIABLES]
     given = {
         name.upper(): "the environment" for name in (os.environ if environ is None else environ)
     }

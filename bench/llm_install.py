@@ -81,7 +81,9 @@ MODELS = {
 
 
 def cache_dir() -> Path:
-    """The cache folder: $MEMPROXY_LLM_CACHE, else the user's cache folder (outside the repo)."""
+    """The cache folder: $MEMPROXY_LLM_CACHE, else the user's cache folder (outside the repo).
+    (A project variable: listed in app.settings_errors.PROJECT_VARIABLES, so memproxy does not
+    warn about it.)"""
     if explicit := os.environ.get("MEMPROXY_LLM_CACHE"):
         return Path(explicit).expanduser().resolve()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"

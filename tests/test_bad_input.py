@@ -71,6 +71,16 @@ BAD_BODIES = [
         422,
         "stream",
     ),
+    # OpenAI refuses anything but a JSON boolean, so a string that reads as one is refused too.
+    *(
+        (
+            f"stream-{name}",
+            b'{"model": "m", "stream": %s, "messages": [{"role": "user", "content": "x"}]}' % raw,
+            422,
+            "stream",
+        )
+        for name, raw in (("yes", b'"yes"'), ("true", b'"true"'), ("one", b"1"), ("zero", b"0"))
+    ),
     (
         "user-wrong-type",
         b'{"model": "m", "user": 12, "messages": [{"role": "user", "content": "x"}]}',

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,23 @@ def test_first_start_says_one_line_per_model_export(
     messages = [r.getMessage() for r in records]
     assert len(messages) == 2 and len(set(messages)) == 2
     assert "fp32 (once)" in messages[0] and "int8 (once)" in messages[1]
+
+
+def test_the_projects_own_variables_are_not_warned_about() -> None:
+    """The tests' and the benchmarks' own ``MEMPROXY_`` variables are no setting and no typo:
+    every one read under tests/ or bench/ is in the one list, and only a real misspelling warns."""
+    root = Path(__file__).resolve().parent.parent
+    read = {
+        name
+        for folder in ("tests", "bench")
+        for path in (root / folder).rglob("*.py")
+        for name in re.findall(r"environ(?:\.get)?[\[(]\"(MEMPROXY_\w+)\"", path.read_text())
+    }
+    own = read - {f"MEMPROXY_{name.upper()}" for name in Settings.model_fields}
+    assert {"MEMPROXY_TEST_CHROMIUM", "MEMPROXY_LLM_CACHE"} <= own
+    assert own <= set(settings_errors.PROJECT_VARIABLES), own
+    environ = {name: "x" for name in own} | {"MEMPROXY_TEST_CHROMIUMM": "x"}
+    assert settings_errors.unknown_settings(environ) == [
+        "MEMPROXY_TEST_CHROMIUMM (in the environment) is not a memproxy setting and is ignored;"
+        " did you mean MEMPROXY_TEST_CHROMIUM?"
+    ]

@@ -45,3 +45,28 @@ async def test_the_root_links_to_the_page(client: httpx.AsyncClient) -> None:
     assert as_json["name"] == "memproxy" and as_json["links"]["memory page"] == "/ui/"
     html = await client.get("/", headers={"accept": "text/html,application/xhtml+xml"})
     assert '<a href="ui/">memory page</a>' in html.text
+
+
+@pytest.mark.parametrize("path", ["/v1", "/v1/"])
+async def test_the_base_url_says_what_it_is(client: httpx.AsyncClient, path: str) -> None:
+    """The root page's "OpenAI base URL" link, and the base URL a user pastes into a browser,
+    answer what they are and which routes are under them (no redirect, no 400)."""
+    as_json = await client.get(path)
+    assert as_json.status_code == 200, as_json.text
+    body = as_json.json()
+    base = f"{client.base_url}".rstrip("/") + "/v1"
+    assert body["openai_base_url"] == base
+    assert "POST /v1/chat/completions" in body["routes"] and "GET /v1/models" in body["routes"]
+    html = await client.get(path, headers={"accept": "text/html"})
+    assert html.status_code == 200 and html.headers["content-type"].startswith("text/html")
+    assert base in html.text and "/v1/chat/completions" in html.text
+    assert html.headers["content-security-policy"].startswith("default-src 'none'")
+
+
+async def test_the_root_page_links_answer(client: httpx.AsyncClient) -> None:
+    links = (await client.get("/")).json()["links"]
+    for name, href in links.items():
+        if name == "MCP":
+            continue  # a client's endpoint, POST only
+        response = await client.get(href, headers={"accept": "text/html"})
+        assert response.status_code == 200, (href, response.status_code, response.text[:200])

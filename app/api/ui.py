@@ -1,4 +1,5 @@
-"""The memory page (``/ui/``) and the root page (``/``) that links to it.
+"""The memory page (``/ui/``), the root page (``/``) that links to it, and the page at the
+OpenAI base URL (``/v1``) that says what it is.
 
 The page's files ship inside the package (:mod:`app.ui`); they hold no data and need no key:
 the page asks for the key and sends it to the memory API as a bearer key, as curl would. Its
@@ -8,6 +9,7 @@ a memory that holds markup can never run as script, and the page cannot be frame
 
 from __future__ import annotations
 
+import html
 from functools import cache
 from importlib.resources import files
 
@@ -82,5 +84,35 @@ async def root(request: Request) -> Response:
     page = (
         "<!doctype html><html lang=en><meta charset=utf-8><title>memproxy</title>"
         f"<h1>memproxy {__version__}</h1><ul>{items}</ul>"
+    )
+    return HTMLResponse(page, headers=_HEADERS)
+
+
+_BASE_ROUTES = {
+    "POST /v1/chat/completions": "chat, with the user's memories",
+    "GET /v1/models": "the upstream's models",
+    "/v1/memories": "the memory API (see /docs)",
+    "GET /v1/users/me": "who the key names",
+    "/v1/*": "anything else, relayed to the upstream as it is",
+}
+
+
+@router.get("/v1")
+@router.get("/v1/")
+async def base_url(request: Request) -> Response:
+    """What a user finds at the base URL they give their OpenAI client (nothing is served at the
+    bare `/v1` upstream either): what it is and the routes under it, as JSON or, for a browser,
+    a page."""
+    base = str(request.base_url).rstrip("/") + "/v1"
+    message = f"This is memproxy's OpenAI base URL: give {base} to an OpenAI client as base_url."
+    if "text/html" not in request.headers.get("accept", ""):
+        return JSONResponse({"message": message, "openai_base_url": base, "routes": _BASE_ROUTES})
+    items = "".join(
+        f"<li><code>{html.escape(route)}</code>: {html.escape(what)}</li>"
+        for route, what in _BASE_ROUTES.items()
+    )
+    page = (
+        "<!doctype html><html lang=en><meta charset=utf-8><title>memproxy: /v1</title>"
+        f"<h1>OpenAI base URL</h1><p>{html.escape(message)}</p><ul>{items}</ul>"
     )
     return HTMLResponse(page, headers=_HEADERS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, TypeAdapter
 
 
 class OpenAIBaseModel(BaseModel):
@@ -188,7 +188,7 @@ class EndUser(OpenAIBaseModel):
 class ChatCompletionRequest(OpenAIBaseModel):
     model: str
     messages: Annotated[list[Message], Field(min_length=1)]
-    stream: bool | None = False
+    stream: StrictBool | None = False  # as OpenAI: `"yes"` or `1` is refused, not read as true
     user: str | EndUser | None = None
 
 

@@ -25,6 +25,7 @@ from tests import databases
 from tests.fakes import LEARN_AT_ONCE, FakeEmbedder, unusable_manager
 from tests.servers import serve
 
+# The project's own variables are listed in app.settings_errors.PROJECT_VARIABLES (no warning).
 CHROMIUM = os.environ.get("MEMPROXY_TEST_CHROMIUM", "/usr/bin/chromium")
 KEYS: dict[str, Any] = {"api_keys": ["sk-ann:ann", "sk-bob:bob"], "admin_keys": ["sk-admin"]}
 # As the machine's checks launch it: no sandbox as root, and no calls home on a closed network.

@@ -58,3 +58,19 @@ async def test_the_model_list_and_upstream_errors_are_hardened(
     refused = await client.post("/v1/embeddings", json={"input": "x", "model": "m"})
     assert refused.status_code == 429
     assert_hardened(refused)
+
+
+@pytest.mark.parametrize("upstream_value", ["no-cache", "public, max-age=60"])
+async def test_a_streamed_answer_carries_one_cache_control(
+    client: httpx.AsyncClient, upstream: respx.Router, upstream_value: str
+) -> None:
+    """The relay's own ``no-cache`` (what lets reverse proxies pass events through) replaces
+    whatever the upstream sent, whatever the header's case."""
+    answer = sse_response(sse({"content": "hi"}))
+    answer.headers["Cache-Control"] = upstream_value
+    answer.headers["X-Accel-Buffering"] = "yes"
+    upstream.post("/chat/completions").mock(return_value=answer)
+    response = await client.post("/v1/chat/completions", json=chat_body(stream=True))
+    assert response.status_code == 200
+    assert response.headers.get_list("cache-control") == ["no-cache"], response.headers
+    assert response.headers.get_list("x-accel-buffering") == ["no"], response.headers
