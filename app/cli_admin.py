@@ -10,11 +10,12 @@ from rich.text import Text
 from app.cli_show import Command, new_table, plural, progress, show_table, stamp, write_lines
 from app.memory.learning.job_book import JobSummary
 from app.memory.learning.jobs import JobQueue
+from app.schemas.users import UserPublic
 
 
 async def _users(c: Command) -> int:
-    """A page of the users, latest activity first: JSON Lines of (user_id, memories,
-    last_activity) with --json."""
+    """A page of the users, latest activity first: with --json, JSON Lines in the schema of
+    ``GET /v1/users`` (UserPublic: `id`, times in UTC ending in ``Z``)."""
     args = c.args
     if not 1 <= args.limit <= 1000:
         raise ValueError("--limit must be between 1 and 1000")
@@ -22,7 +23,9 @@ async def _users(c: Command) -> int:
         raise ValueError("--offset must not be negative")
     found, total = await c.memory.users(limit=args.limit, offset=args.offset)
     if c.json:
-        write_lines(found)
+        rows = (UserPublic(id=u.user_id, memories=u.memories, last_activity=u.last_activity)
+                for u in found)  # fmt: skip
+        write_lines(row.model_dump(mode="json") for row in rows)
         return 0
     page = f" ({args.offset + 1}-{args.offset + len(found)} shown)" if len(found) < total else ""
     table = new_table(plural(total, "user") + page, "user", "memories", "last activity")

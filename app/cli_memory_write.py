@@ -17,7 +17,11 @@ from pydantic import ValidationError
 
 from app.cli_show import Command, describe, plural, progress, show_memory, write_memories
 from app.memory.store.records import MemoryRecord, NewMemory
+from app.memory.store.tables import MemorySource
 from app.schemas.memories import MemoryCreate, MemoryUpdate, check_length, read_import
+
+CLI = MemorySource.CLI
+"""Who the memories and their history say wrote: the CLI, not the API."""
 
 BATCH = 256
 """Memories per :meth:`MemoryService.add` call in ``add --file`` and ``import``."""
@@ -55,7 +59,7 @@ def _new_memories(c: Command) -> list[NewMemory]:
             raise ValueError(where + describe(exc)) from None
         param = f"line {number}.content" if number else "content"
         check_length(body.content, c.settings.memory_max_chars, param)
-        items.append(NewMemory(body.content, body.type, body.metadata, body.pinned))
+        items.append(NewMemory(body.content, body.type, body.metadata, body.pinned, CLI))
     return items
 
 
@@ -127,7 +131,7 @@ async def _edit(c: Command) -> int:
         raise ValueError("nothing to change: give --content, --type or --metadata")
     if "content" in changes:
         check_length(changes["content"], c.settings.memory_max_chars, "content")
-    record = await c.memory.update(args.user, args.id, **changes)
+    record = await c.memory.update(args.user, args.id, actor=CLI, **changes)
     if record is None:
         return c.not_found(args.id)
     show_memory(record, as_json=c.json)
@@ -145,7 +149,7 @@ async def _pin(c: Command) -> int:
         if record is None:
             missing.append(memory_id)
         elif record.pinned != pinned:
-            await c.memory.update(c.args.user, memory_id, pinned=pinned)
+            await c.memory.update(c.args.user, memory_id, actor=CLI, pinned=pinned)
     done = len(c.args.ids) - len(missing)
     unknown = f"; no memory {', '.join(missing)} of {c.args.user}" if missing else ""
     result = {verb: done, "not_found": missing}
@@ -158,12 +162,12 @@ async def _delete(c: Command) -> int:
     if args.all:
         if not args.yes or args.ids:
             raise ValueError("--all deletes every memory of the user: add --yes (and no ids)")
-        deleted = await c.memory.delete_all(args.user)
+        deleted = await c.memory.delete_all(args.user, actor=CLI)
         note = f"deleted {plural(deleted, 'memory', 'memories')} of {args.user}"
         return c.finish({"deleted": deleted}, note)
     if not args.ids:
         raise ValueError("name the ids to delete, or --all --yes")
-    deleted = await c.memory.delete(args.user, args.ids)
+    deleted = await c.memory.delete(args.user, args.ids, actor=CLI)
     result = {"deleted": deleted, "requested": len(args.ids)}
     return c.finish(result, f"deleted {deleted} of {len(args.ids)}", ok=deleted == len(args.ids))
 

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.background import BackgroundRunner
 from app.config import ApiKey, Settings
-from app.errors import InvalidRequest, PermissionDenied
+from app.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.worker import Worker
 from app.memory.service import MemoryService
@@ -70,7 +70,7 @@ class Caller:
 async def get_caller(request: Request) -> Caller:
     """401 unless the bearer key is valid (when keys are configured)."""
     services: Services = request.app.state.services
-    key = services.authenticator.authenticate(request.headers.get("authorization"))
+    key = client_key(services, request.headers.get("authorization"))
     return Caller(services, key, request.scope.get("state", {}).get("request_id", "-"))
 
 
@@ -87,7 +87,24 @@ def authenticate(
         token = bearer_token(authorization)
         if token is not None and services.admins.match(token) is not None:
             return True, None
-    return False, services.authenticator.authenticate(authorization)
+    return False, client_key(services, authorization)
+
+
+def client_key(services: Services, authorization: str | None) -> ApiKey | None:
+    """The matched client key of a chat or MCP request (None with no client keys configured):
+    401 unless the bearer key is accepted; an admin key is told it cannot chat (403
+    ``admin_key``), since it belongs to no user, rather than called invalid."""
+    try:
+        return services.authenticator.authenticate(authorization)
+    except AuthenticationFailed:
+        token = bearer_token(authorization)
+        if token is not None and services.admins.match(token) is not None:
+            raise PermissionDenied(
+                "admin keys cannot chat or use MCP: an admin key belongs to no user; use a "
+                "client key bound to a user (key:user in MEMPROXY_API_KEYS)",
+                code="admin_key",
+            ) from None
+        raise
 
 
 def check_any_key(services: Services, authorization: str | None) -> None:

@@ -185,9 +185,19 @@ async def test_bad_arguments_are_tool_errors_and_the_server_serves_on(
 
 
 async def test_keys_are_checked_as_on_chat(keyed: Stack) -> None:
-    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Bearer sk-admin"}):
+    for headers in ({}, {"Authorization": "Bearer nope"}):
         response = await http(keyed, "POST", "/mcp", JSON_RPC | headers, INITIALIZE)
         assert assert_openai_error(response, 401)["type"] == "authentication_error"
+    # An admin key belongs to no user: told so, not called invalid.
+    admin = {"Authorization": "Bearer sk-admin"}
+    error = assert_openai_error(
+        await http(keyed, "POST", "/mcp", JSON_RPC | admin, INITIALIZE), 403
+    )
+    assert error["code"] == "admin_key" and "client key" in error["message"]
+    with pytest.raises(BaseExceptionGroup) as told:
+        async with connect(keyed, **admin) as client:
+            await client.list_tools()
+    assert told.group_contains(MCPError, depth=2)
     with pytest.raises(BaseExceptionGroup) as refused:
         async with connect(keyed, Authorization="Bearer nope") as client:
             await client.list_tools()

@@ -133,6 +133,44 @@ async def test_export_then_import_is_idempotent_and_keeps_dates(client: httpx.As
     assert [h["content"] for h in hits.json()["data"]] == ["Plays the cello"]
 
 
+async def test_an_import_that_keeps_ids_keeps_source_and_recall_count(
+    client: httpx.AsyncClient,
+) -> None:
+    """An exported line imported back under its id keeps its `source`, `recall_count` and
+    `last_recalled_at` (display only: recall ranks by none of them); its history says it was
+    imported. With new ids it is a copy: source `import`, never recalled."""
+    memory = await add(client, "Grew up in Lyon")
+    line = memory | {"source": "manager", "recall_count": 3,
+                     "last_recalled_at": "2026-01-02T03:04:05Z"}  # fmt: skip
+    await client.delete(f"/v1/memories/{memory['id']}", headers=ANN)
+    raw = orjson.dumps(line) + b"\n"
+    put_back = await client.post("/v1/memories/import", content=raw, headers=ANN)
+    assert put_back.json() == {"imported": 1, "skipped": 0}
+    back = (await client.get(f"/v1/memories/{memory['id']}", headers=ANN)).json()
+    assert back["source"] == "manager" and back["recall_count"] == 3
+    assert back["last_recalled_at"] == "2026-01-02T03:04:05Z"
+    events = (await client.get(f"/v1/memories/{memory['id']}/history", headers=ANN)).json()
+    assert [(e["action"], e["actor"]) for e in events["data"]][-1] == ("created", "import")
+
+    copied = await client.post(
+        "/v1/memories/import", params={"ids": "new"}, content=raw, headers=ANN
+    )
+    assert copied.json() == {"imported": 1, "skipped": 0}
+    listed = (await client.get("/v1/memories", headers=ANN)).json()["data"]
+    copy = next(m for m in listed if m["id"] != memory["id"])
+    assert copy["source"] == "import" and copy["recall_count"] == 0
+    assert copy["last_recalled_at"] is None
+
+    odd = orjson.dumps({"content": "Owns a kayak", "source": "someone", "recall_count": 2})
+    assert (await client.post("/v1/memories/import", content=odd, headers=ANN)).status_code == 200
+    listed = (await client.get("/v1/memories", headers=ANN)).json()["data"]
+    kayak = next(m for m in listed if m["content"] == "Owns a kayak")
+    assert kayak["source"] == "import" and kayak["recall_count"] == 2
+    negative = orjson.dumps({"content": "x", "recall_count": -1})
+    response = await client.post("/v1/memories/import", content=negative, headers=ANN)
+    assert_openai_error(response, 422, param="line 1.recall_count")
+
+
 async def test_metadata_at_the_limits_is_kept_exported_and_imported(
     client: httpx.AsyncClient,
 ) -> None:

@@ -225,13 +225,15 @@ def test_pin_unpin_and_history(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "memories", "history", "--user", "ann", memory_id, "--json")
     events = [orjson.loads(line) for line in out.splitlines()]
     assert code == 0 and [(e["action"], e["actor"]) for e in events] == [
-        ("created", "api"),
-        ("updated", "api"),
-        ("updated", "api"),
+        ("created", "cli"),
+        ("updated", "cli"),
+        ("updated", "cli"),
     ]
     assert events[0]["after"] == "Owns a kayak" and events[0]["memory_id"] == memory_id
     code, out, _ = run(capsys, "memories", "history", "--user", "ann", memory_id)
-    assert code == 0 and f"history of memory {memory_id}" in out and "created by api" in out
+    assert code == 0 and f"history of memory {memory_id}" in out and "created by cli" in out
+    out = run(capsys, "memories", "get", "--user", "ann", memory_id, "--json")[1]
+    assert orjson.loads(out)["source"] == "cli"  # written by the CLI, not the API
     code, out, err = run(capsys, "memories", "history", "--user", "bob", memory_id)
     assert code == 1 and out == "" and f"no history of memory {memory_id} of bob" in err
 

@@ -14,6 +14,7 @@ import pytest
 from app.memory.store.db import create_engine
 from app.memory.store.records import now
 from app.memory.store.tables import JobStatus, ManagerJob
+from app.schemas.users import UserPublic
 from tests.test_memory_cli import run
 
 
@@ -123,10 +124,13 @@ def test_users_list(capsys: pytest.CaptureFixture[str]) -> None:
     add(capsys, "bob", "Bob rides a bike")
     code, out, _ = run(capsys, "users", "list", "--json")
     users = [orjson.loads(line) for line in out.splitlines()]
-    assert code == 0 and [(u["user_id"], u["memories"]) for u in users] == [("bob", 1), ("ann", 2)]
+    assert code == 0 and [(u["id"], u["memories"]) for u in users] == [("bob", 1), ("ann", 2)]
     assert users[0]["last_activity"] >= users[1]["last_activity"]  # latest activity first
+    # The API's schema (GET /v1/users): the same field names, times in UTC ending in Z.
+    assert set(users[0]) == set(UserPublic.model_fields) and users[0]["object"] == "user"
+    assert users[0]["last_activity"].endswith("Z")
     code, out, _ = run(capsys, "users", "list", "--limit", "1", "--offset", "1", "--json")
-    assert [orjson.loads(line)["user_id"] for line in out.splitlines()] == ["ann"]
+    assert [orjson.loads(line)["id"] for line in out.splitlines()] == ["ann"]
     code, out, _ = run(capsys, "users", "list", "--limit", "1")
     assert code == 0 and "2 users (1-1 shown)" in out and "bob" in out and "ann" not in out
 

@@ -2,9 +2,10 @@
 Tools, Claude Desktop, any MCP client), on the official SDK's Streamable HTTP transport.
 
 - Who: each HTTP request is authenticated and its user resolved as on chat, before the SDK sees
-  it (:class:`McpEndpoint`): no or a bad key is a 401 (admin keys are not chat keys), a key bound
-  to a user acts as that user, else the identity headers name the user (Open WebUI's, signed when
-  ``MEMPROXY_OPENWEBUI_JWT_SECRET`` is set). The tools read the user from the request's state.
+  it (:class:`McpEndpoint`): no or a bad key is a 401, an admin key a 403 ``admin_key`` (it
+  belongs to no user), a key bound to a user acts as that user, else the identity headers name
+  the user (Open WebUI's, signed when ``MEMPROXY_OPENWEBUI_JWT_SECRET`` is set). The tools read
+  the user from the request's state.
 - Stateless: the SDK's stateless mode, JSON responses, POST only; any replica answers any
   request. BodyGuard caps the bodies at ``MEMPROXY_MEMORY_MAX_BODY_BYTES``.
 - Errors: a bad argument (an unknown type, a limit out of range, empty or too long content, an
@@ -33,7 +34,7 @@ from starlette.types import Receive, Scope, Send
 
 from app import __version__
 from app.config import Settings
-from app.deps import Services, chat_user
+from app.deps import Services, chat_user, client_key
 from app.errors import MemproxyError, ServerBusy
 from app.memory.store.records import MemoryRecord, NewMemory
 from app.memory.store.tables import MemoryType
@@ -251,7 +252,7 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope)
         services: Services = request.app.state.services
-        key = services.authenticator.authenticate(request.headers.get("authorization"))
+        key = client_key(services, request.headers.get("authorization"))
         user_id = chat_user(services, request, key)
         state = scope.setdefault("state", {})
         state["user_id"] = user_id  # for the access log line

@@ -29,7 +29,7 @@ from app.memory.store.records import (
     UserSummary,
     Written,
 )
-from app.memory.store.tables import MemoryType
+from app.memory.store.tables import MemorySource, MemoryType
 
 logger = logging.getLogger("memproxy.memory")
 
@@ -86,14 +86,20 @@ class MemoryService:
         return written
 
     async def update(
-        self, user_id: str, memory_id: str, **changes: Unpack[Changes]
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        actor: MemorySource = MemorySource.API,
+        **changes: Unpack[Changes],
     ) -> MemoryRecord | None:
-        """Change content, type, metadata or pinned; new content is embedded again."""
+        """Change content, type, metadata or pinned; new content is embedded again. `actor`:
+        who the history says did it."""
         model = vector_model(self.embedder)
         if "content" in changes:
             (embedded,) = await embed_for_store(self.embedder, [changes["content"]])
             changes["embedding"], changes["embedding_model"] = embedded.embedding, embedded.model
-        written = await self.store.update(user_id, memory_id, **changes)
+        written = await self.store.update(user_id, memory_id, actor=actor, **changes)
         if written is None:
             return None
         (record,) = written.records
@@ -102,13 +108,15 @@ class MemoryService:
         # else: a vector of another model; the index re-embeds it when it catches up
         return record
 
-    async def delete(self, user_id: str, memory_ids: Sequence[str]) -> int:
-        deleted = await self.store.delete(user_id, memory_ids)
+    async def delete(
+        self, user_id: str, memory_ids: Sequence[str], *, actor: MemorySource = MemorySource.API
+    ) -> int:
+        deleted = await self.store.delete(user_id, memory_ids, actor=actor)
         self.cache.deleted(user_id, deleted)
         return deleted.count
 
-    async def delete_all(self, user_id: str) -> int:
-        deleted = await self.store.delete_all(user_id)
+    async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> int:
+        deleted = await self.store.delete_all(user_id, actor=actor)
         self.cache.deleted(user_id, deleted)
         return deleted.count
 

@@ -116,15 +116,26 @@ class MemoryImport(MemoryCreate):
     id: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
     created_at: datetime | None = None
     source: str | None = None
-    """Ignored: imported memories get the source `import`."""
+    """Kept when the import keeps ids and it is one memproxy writes (``manager``, ``api``,
+    ``cli``, ``import``); the source `import` otherwise. The history says `import` wrote it."""
     object: Literal["memory"] | None = None
     user_id: str | None = None
     """Ignored: memories are imported for the user the request acts for."""
     updated_at: datetime | None = None
-    recall_count: int | None = None
+    recall_count: Annotated[int, Field(ge=0)] | None = None
+    """Kept, with `last_recalled_at`, when the import keeps ids; 0 (never) with new ids. Shown
+    only: recall ranks by neither, so a forged count boosts nothing."""
     last_recalled_at: datetime | None = None
 
     _check_created_at = field_validator("created_at")(imported_date)
+
+    @field_validator("last_recalled_at")
+    @classmethod
+    def _check_last_recalled_at(cls, value: datetime | None) -> datetime | None:
+        try:
+            return imported_date(value)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("created_at", "last_recalled_at")) from None
 
 
 class MemoryPublic(BaseModel):
@@ -227,6 +238,17 @@ def export_line(record: MemoryRecord) -> bytes:
     return orjson.dumps(MemoryPublic.of(record).model_dump(mode="json")) + b"\n"
 
 
+def _kept(item: MemoryImport) -> dict[str, Any]:
+    """What an import that keeps ids puts back of a line: its source (one memproxy writes),
+    its recall count and date."""
+    known = {source.value: source for source in MemorySource}
+    return {
+        "kept_source": known.get(item.source or ""),
+        "recall_count": item.recall_count or 0,
+        "last_recalled_at": item.last_recalled_at,
+    }
+
+
 def read_import(
     raw: bytes, max_chars: int, *, new_ids: bool = False, max_lines: int | None = MAX_IMPORT_LINES
 ) -> list[NewMemory]:
@@ -261,6 +283,7 @@ def read_import(
                 source=MemorySource.IMPORT, id=None if new_ids else item.id,
                 created_at=item.created_at,
                 detail=f"imported as a copy of memory {item.id}" if copied else None,
+                **({} if new_ids else _kept(item)),
             )
         )  # fmt: skip
     if not items:

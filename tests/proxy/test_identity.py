@@ -193,6 +193,23 @@ async def test_unbound_keys_cannot_name_users_when_turned_off(make_client, ok) -
     assert await user_of(client, hooks, **bob, **{"x-user-id": "bob"}) == "bob"
 
 
+async def test_admin_keys_cannot_chat(make_client, ok) -> None:
+    """An admin key belongs to no user: chat (JSON and stream, with or without a body) says so
+    with 403 ``admin_key`` instead of calling the key invalid."""
+    client = await make_client(api_keys=["sk-bob:bob"], admin_keys=["sk-admin"])
+    admin = {"authorization": "Bearer sk-admin"}
+    for body in (chat_body(), chat_body(stream=True)):
+        response = await client.post("/v1/chat/completions", json=body, headers=admin)
+        error = assert_openai_error(response, 403)
+        assert error["type"] == "permission_error" and error["code"] == "admin_key"
+        assert "client key" in error["message"]
+    assert_openai_error(await client.get("/v1/models", headers=admin), 403)
+    assert not ok.calls
+    bad = {"authorization": "Bearer nope"}
+    response = await client.post("/v1/chat/completions", json=chat_body(), headers=bad)
+    assert assert_openai_error(response, 401)["code"] == "invalid_api_key"
+
+
 async def test_unbound_keys_turned_off_with_require_user_are_refused(make_client, ok) -> None:
     client = await make_client(
         api_keys=["sk-owui"], unbound_keys_name_users=False, require_user=True

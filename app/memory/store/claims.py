@@ -61,8 +61,11 @@ async def own_ids(w: Writer, items: Sequence[NewMemory]) -> list[NewMemory]:
         if held.get(derived, w.user_id) != w.user_id:
             renamed[memory_id] = ""
     return [
-        replace(item, id=renamed[item.id] or None) if item.id in renamed else item for item in items
-    ]
+        # A renewed id is a copy: it keeps neither the source nor the recalls of the original.
+        replace(item, id=renamed[item.id] or None, kept_source=None, recall_count=0,
+                last_recalled_at=None) if item.id in renamed else item
+        for item in items
+    ]  # fmt: skip
 
 
 async def found(w: Writer, ids: Sequence[str], *, expected: bool = False) -> dict[str, Memory]:

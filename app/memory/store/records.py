@@ -44,6 +44,11 @@ class NewMemory:
     embedding_model: str | None = None
     detail: str | None = None
     """Said in its ``created`` event (e.g. the memory an import with new ids copied)."""
+    kept_source: MemorySource | None = None
+    """The source an import puts back (its line's), while the history says `source` wrote it."""
+    recall_count: int = 0
+    last_recalled_at: datetime | None = None
+    """Put back by an import that keeps ids (shown only: recall ranks by neither)."""
 
 
 class Changes(TypedDict, total=False):
@@ -149,11 +154,12 @@ def new_row(user_id: str, item: NewMemory, stamp: datetime) -> Memory:
         content=item.content,
         type=item.type.value,
         meta=dict(item.metadata),
-        source=item.source.value,
+        source=(item.kept_source or item.source).value,
         pinned=item.pinned,
         created_at=in_utc(item.created_at) if item.created_at else stamp,
         updated_at=stamp,
-        recall_count=0,
+        recall_count=item.recall_count,
+        last_recalled_at=in_utc(item.last_recalled_at) if item.last_recalled_at else None,
         embedding=item.embedding,
         embedding_model=item.embedding_model,
     )

@@ -55,6 +55,8 @@ class MemorySource(StrEnum):
     MANAGER = "manager"
     API = "api"
     IMPORT = "import"
+    CLI = "cli"
+    """``memproxy memories ...`` on the server's machine."""
 
 
 class EventAction(StrEnum):

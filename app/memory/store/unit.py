@@ -149,9 +149,10 @@ class Writer:
             row = by_id[memory_id]
             row.key, row.seq = key, version
             inserted.add(memory_id)
-            # Its own source is its actor: an import keeps each memory's (api, manager...).
+            # The writer is the actor: an import that puts a memory's source back (manager...)
+            # is still an import in the history.
             self._event(
-                memory_id, EventAction.CREATED, MemorySource(row.source),
+                memory_id, EventAction.CREATED, self._actor,
                 after=row.content, detail=(details or {}).get(memory_id),
             )  # fmt: skip
         if inserted:

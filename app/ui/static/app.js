@@ -170,7 +170,8 @@ async function remove(item, memory) {
   const owner = state.user;  // another user may be selected by the time Undo is pressed
   toast(`Deleted “${memory.content.slice(0, 60)}”.`, { label: "Undo", run: async () => {
     // Put back with its id, text, type, pinned state and creation date: an import of its own
-    // export line (so its source becomes `import`, its recall count 0, its history says so).
+    // export line (its source and recall count kept, as an import that keeps ids keeps them;
+    // its history says it was imported).
     const { score, ...line } = memory;  // a search hit's score is not part of the memory
     await api("POST", "/v1/memories/import", { raw: JSON.stringify(line) + "\n", user: owner });
     toast(`Restored to ${owner}.`);
