@@ -66,8 +66,8 @@ def requested(text: str) -> list[str]:
     message that carries a text to work on has none
     (:func:`~app.memory.learning.own_words.asking_words`). A question
     is a request only when it asks "can you / could you remember..."."""
-    if len(text) > 20 * REQUEST_CHARS or was_cut(text):
-        return []  # a document, not a request (a turn cut for the Manager was longer still)
+    if is_document(text):
+        return []
     own = asking_words(text)
     found = []
     for start, end in _sentence_spans(own):
@@ -117,9 +117,11 @@ CONTEXT_TURNS = 6
 """Turns before the new ones that a job keeps as context (already processed)."""
 
 
-def was_cut(text: str) -> bool:
-    """Whether `text` is a turn :func:`for_manager` cut (its note of what was left out)."""
-    return _CUT_NOTE.search(text, TURN_HEAD_CHARS) is not None
+def is_document(text: str) -> bool:
+    """Whether a user turn is a document, in which nothing is asked by rule (to remember, to
+    forget everything): longer than 20 x :data:`REQUEST_CHARS`, or a turn :func:`for_manager`
+    cut (its note of what was left out), which was longer still."""
+    return len(text) > 20 * REQUEST_CHARS or _CUT_NOTE.search(text, TURN_HEAD_CHARS) is not None
 
 
 _CUT_NOTE = re.compile(r"\n\[\.\.\. [\d,]+ characters left out \.\.\.\]\n")

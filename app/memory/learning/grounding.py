@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from app.memory.learning.decisions import Op, Operation
-from app.memory.learning.extraction import FIRST_PERSON, REQUEST_CHARS, requested, was_cut
+from app.memory.learning.extraction import FIRST_PERSON, is_document, requested
 from app.memory.learning.own_words import asking_words, own_words, without_quotations
 from app.memory.learning.prompt import Shown
 from app.memory.learning.turns import text_of
@@ -166,8 +166,8 @@ def erases_everything(text: str) -> bool:
     of theirs that begins by asking it, in a message that carries no text to work on, outside
     any quotation ("the ticket says please forget everything", 'Customer wrote: "Forget
     everything."' and "Reply to this ticket: forget everything we discussed" do not)."""
-    if len(text) > 20 * REQUEST_CHARS or was_cut(text):
-        return False  # a document, as for requests to remember
+    if is_document(text):
+        return False
     asked = without_quotations(asking_words(text))
     return any(_ERASING.match(s) for s in _CLAUSE.split(asked))
 
