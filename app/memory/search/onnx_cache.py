@@ -72,6 +72,15 @@ def discard(target: Path) -> None:
     target.with_suffix(".json").unlink(missing_ok=True)
 
 
+def publish(target: Path, manifest: dict[str, Any]) -> None:
+    """Put the export written at `target`'s ``.tmp`` in place, with its manifest and the size
+    :func:`damage` checks it against: the export appears whole or not at all."""
+    written = target.with_suffix(".tmp")
+    manifest["onnx_bytes"] = written.stat().st_size
+    write_atomically(target.with_suffix(".json"), json.dumps(manifest, indent=1))
+    written.rename(target)
+
+
 def write_atomically(path: Path, text: str) -> None:
     path.with_suffix(".json.tmp").write_text(text)
     path.with_suffix(".json.tmp").rename(path)

@@ -168,11 +168,7 @@ def _export(source: Path, target: Path, *, quantize: bool) -> None:
             _export(source, plain, quantize=False)
         _quantize(plain, target)
         return
-    manifest = _trace(source, target.with_suffix(".tmp"))
-    # What :func:`~app.memory.search.onnx_cache.damage` checks a cached export against.
-    manifest["onnx_bytes"] = target.with_suffix(".tmp").stat().st_size
-    onnx_cache.write_atomically(target.with_suffix(".json"), json.dumps(manifest, indent=1))
-    target.with_suffix(".tmp").rename(target)  # appears whole or not at all
+    onnx_cache.publish(target, _trace(source, target.with_suffix(".tmp")))
 
 
 def _trace(source: Path, output: Path) -> dict[str, Any]:
@@ -262,9 +258,7 @@ def _quantize(plain: Path, target: Path) -> None:
         root.setLevel(level)
     manifest = json.loads(plain.with_suffix(".json").read_text())
     manifest.pop("max_difference", None)  # measured for fp32; int8 is meant to differ
-    manifest["onnx_bytes"] = target.with_suffix(".tmp").stat().st_size
-    onnx_cache.write_atomically(target.with_suffix(".json"), json.dumps(manifest, indent=1))
-    target.with_suffix(".tmp").rename(target)
+    onnx_cache.publish(target, manifest)
 
 
 def tokenizer_for(path: Path, max_tokens: int) -> Any:
