@@ -37,9 +37,6 @@ MAX_CAPTURE_BYTES = 8 * 1024 * 1024
 MAX_PENDING_BYTES = 1024 * 1024
 """An SSE 'event' longer than this without a boundary is not SSE: relay it as it is."""
 
-_SSE_OWN = frozenset({b"cache-control", b"x-accel-buffering"})
-"""Headers a streamed answer carries with memproxy's value, never the upstream's."""
-
 FinishCallback = Callable[[Outcome, int, list[bytes]], None]
 
 
@@ -139,11 +136,6 @@ class ProxyResponse(Response):
         headers = Upstream.response_headers(response)
         content_type = response.headers.get("content-type", "")
         sse = content_type.startswith("text/event-stream")
-        if sse:
-            # Tell buffering reverse proxies (nginx) to pass events through as they come; ours
-            # replace the upstream's (a stream is never cached), so each header comes once.
-            headers = [(name, value) for name, value in headers if name.lower() not in _SSE_OWN]
-            headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
         start = {
             "type": "http.response.start",
             "status": response.status_code,

@@ -16,7 +16,9 @@ Header policy (what comes back): the upstream's headers, except hop-by-hop ones,
 ``Retry-After`` and the rate-limit headers (``X-RateLimit-*``, ``RateLimit*``), which tell the
 client when to try again. Whatever the upstream sent is served on memproxy's origin, the memory
 page's: every relayed answer carries :data:`RELAYED_HEADERS` (``nosniff`` and a CSP allowing
-nothing, so an HTML answer cannot run as a page there) in place of the upstream's own.
+nothing, so an HTML answer cannot run as a page there), and an event stream
+:data:`STREAM_HEADERS` (never cached, nor buffered by a reverse proxy), in place of the
+upstream's own.
 
 Errors: refused connection or unresolvable host, or an answer that is not valid HTTP (a response
 head over 64 KiB included) -> :class:`UpstreamUnreachable` (502); any timeout ->
@@ -67,11 +69,11 @@ RELAYED_HEADERS = (
     (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'; sandbox"),
 )
 """On every answer relayed from the upstream, replacing the upstream's own."""
+STREAM_HEADERS = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
+"""On an event stream besides, replacing the upstream's own: buffering reverse proxies (nginx)
+pass the events through as they come."""
 _DROP_RESPONSE = frozenset(
-    name.encode()
-    for name in HOP_BY_HOP
-    | {"content-length", "content-encoding", "date", "server"}
-    | {name.decode() for name, _ in RELAYED_HEADERS}
+    name.encode() for name in HOP_BY_HOP | {"content-length", "content-encoding", "date", "server"}
 )
 _IDENTITY_PREFIX = "x-openwebui-user-"
 _RATE_LIMIT_PREFIXES = ("x-ratelimit-", "ratelimit")
@@ -267,14 +269,13 @@ class Upstream:
     @staticmethod
     def response_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
         """The upstream's headers to relay, per the module's policy, :data:`RELAYED_HEADERS`
-        included."""
-        kept = [
-            (name, value)
-            for name, value in response.headers.raw
-            if name.lower() not in _DROP_RESPONSE
-        ]
-        kept += RELAYED_HEADERS
-        return kept
+        (and :data:`STREAM_HEADERS` for an event stream) included, each once."""
+        own: tuple[tuple[bytes, bytes], ...] = RELAYED_HEADERS
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            own += STREAM_HEADERS
+        drop = _DROP_RESPONSE.union(name for name, _ in own)
+        kept = [(name, value) for name, value in response.headers.raw if name.lower() not in drop]
+        return [*kept, *own]
 
 
 async def _read_capped(response: httpx.Response, cap: int) -> bytes:
