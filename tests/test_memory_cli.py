@@ -8,7 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app import cli, cli_memory
+from app import cli
+from app.cli import memory as cli_memory
 from tests.fakes import FakeEmbedder
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app import cli_memory_write
+from app.cli import memory_write as cli_memory_write
 from app.memory.service import MemoryService
 from app.memory.store.records import NewMemory, Written
 from tests.test_memory_cli import run

@@ -70,6 +70,7 @@ def test_move_gives_every_memory_with_its_history(capsys: pytest.CaptureFixture[
     events = history(capsys, "bob", kayak)
     assert [e["action"] for e in events] == ["created", "updated", "moved"]
     assert events[-1]["detail"] == "moved from user 'ann'"
+    assert {e["actor"] for e in events} == {"cli"}  # the move too, not "api"
     code, _, err = run(capsys, "memories", "history", "--user", "ann", kayak)
     assert code == 1 and "no history" in err  # it went along
     code, out, err = run(capsys, "memories", "move", "--from", "ann", "--to", "bob")

@@ -120,9 +120,12 @@ class MemoryService:
         self.cache.deleted(user_id, deleted)
         return deleted.count
 
-    async def move(self, from_user: str, to_user: str) -> Moved:
-        """Give every memory of `from_user` to `to_user` (:meth:`MemoryStore.move`)."""
-        moved = await self.store.move(from_user, to_user)
+    async def move(
+        self, from_user: str, to_user: str, *, actor: MemorySource = MemorySource.API
+    ) -> Moved:
+        """Give every memory of `from_user` to `to_user` (:meth:`MemoryStore.move`); the
+        ``moved`` events name `actor`."""
+        moved = await self.store.move(from_user, to_user, actor=actor)
         self.cache.deleted(from_user, Removed(moved.keys, moved.source_version))
         self.cache.forget(to_user)  # rebuilt with the memories it was given at its next search
         return moved

@@ -22,7 +22,7 @@ operators, straight on the database (same service, same validation, same limits 
 
 Every one takes ``--database``, and ``--json``: machine output alone on stdout (JSON Lines for
 lists, one JSON object for a result; export writes JSON Lines either way), notes on stderr
-(app/cli_show.py). ``add --file``, ``import`` and ``index rebuild`` show a progress bar on a
+(app/cli/show.py). ``add --file``, ``import`` and ``index rebuild`` show a progress bar on a
 terminal. Only the commands that embed (add, search, import, index, and edit of the content)
 load the model: the others read the database alone, and start at once.
 
@@ -41,8 +41,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from app import cli_admin, cli_memory_read, cli_memory_write
-from app.cli_show import Command, describe
+from app.cli import admin, memory_read, memory_write
+from app.cli.show import Command, describe
 from app.config import Settings
 from app.errors import InvalidRequest, MemproxyError
 from app.memory.search.embedder import TextEmbedder, load_embedder
@@ -56,7 +56,7 @@ NEEDS_MODEL = {"add", "search", "import", "index"}
 """The commands that embed (and `edit --content`)."""
 
 _HANDLERS: dict[str, Callable[[Command], Awaitable[int]]] = (
-    cli_memory_read.HANDLERS | cli_memory_write.HANDLERS | cli_admin.HANDLERS
+    memory_read.HANDLERS | memory_write.HANDLERS | admin.HANDLERS
 )
 
 

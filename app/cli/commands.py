@@ -9,7 +9,7 @@
                                            (the container's health check)
 ``memproxy memories ACTION --user U``      the memories, for operators: list, get, stats,
                                            history, add, edit, pin, unpin, search, delete,
-                                           export, import (app/cli_memory.py)
+                                           export, import (app/cli/memory.py)
 ``memproxy memories move --from A --to B`` give every memory of user A to user B
 ``memproxy users list [--limit N]``        the users, latest activity first (and --offset N)
 ``memproxy index rebuild [--user U]``      re-embed and check the search indexes
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import DBAPIError
 
 from app.config import Settings
-from app.memory.search.onnx_cache import DamagedExport
+from app.memory.search.onnx_cache import ModelUnavailable
 from app.settings_errors import ConfigError, load_settings, unknown_settings
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None, *, embedder: TextEmbedder | None = N
             print(f"memproxy: {line}", file=sys.stderr)
         _warn_unknown()  # a misspelt name may be the very cause
         return 2
-    except DamagedExport as exc:  # `model prepare`, or a memory command loading the model
+    except ModelUnavailable as exc:  # `model prepare`, or a memory command loading the model
         print(f"memproxy: {exc}", file=sys.stderr)
         return 2
 
@@ -121,9 +121,9 @@ def _database_command(
 
         print(f"database at the newest schema: {mask_url(settings.database_url)}")
         return 0
-    from app import cli_memory
+    from app.cli import memory
 
-    return cli_memory.run(args, settings, embedder)
+    return memory.run(args, settings, embedder)
 
 
 def database_url(value: str) -> str:
@@ -235,9 +235,9 @@ def _ready(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _memory_parsers(commands: Any, database: argparse.ArgumentParser) -> None:
-    """`memories`, `users`, `jobs` and `index`: their arguments are in app/cli_memory_args.py, and
-    app/cli_memory.py runs them."""
-    from app.cli_memory_args import add_parsers
+    """`memories`, `users`, `jobs` and `index`: their arguments are in app/cli/memory_args.py, and
+    app/cli/memory.py runs them."""
+    from app.cli.memory_args import add_parsers
 
     add_parsers(commands, database)
 
@@ -250,7 +250,3 @@ async def _upgrade(settings: Settings) -> None:
         await upgrade(engine)
     finally:
         await engine.dispose()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""``memproxy users list``, ``jobs list|retry`` and ``index rebuild`` (see app/cli_memory.py): the
+"""``memproxy users list``, ``jobs list|retry`` and ``index rebuild`` (see app/cli/memory.py): the
 commands about every user (or the one named), rather than one user's memories."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from rich.text import Text
 
-from app.cli_show import Command, new_table, plural, progress, show_table, stamp, write_lines
+from app.cli.show import Command, new_table, plural, progress, show_table, stamp, write_lines
 from app.memory.learning.job_book import JobSummary
 from app.memory.learning.jobs import JobQueue
 from app.schemas.users import UserPublic

@@ -1,5 +1,5 @@
 """The memory commands that write: ``memories add|edit|pin|unpin|delete|move|import`` (see
-app/cli_memory.py), with the memory API's validation and limits (app/schemas/memories.py).
+app/cli/memory.py), with the memory API's validation and limits (app/schemas/memories.py).
 
 ``add --file`` and ``import`` write in batches of :data:`BATCH` memories, one transaction and one
 step of the progress bar each: a failure part way (an id another user has) leaves the batches
@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from app.cli_show import Command, describe, plural, progress, show_memory, write_memories
+from app.cli.show import Command, describe, plural, progress, show_memory, write_memories
 from app.memory.store.records import MemoryRecord, NewMemory
 from app.memory.store.tables import MemorySource
 from app.schemas.memories import MemoryCreate, MemoryUpdate, check_length, read_import
@@ -175,7 +175,7 @@ async def _delete(c: Command) -> int:
 async def _move(c: Command) -> int:
     """Every memory (and job not running) of --from to --to; exit 1 when there was none."""
     args = c.args
-    moved = await c.memory.move(args.from_user, args.to_user)
+    moved = await c.memory.move(args.from_user, args.to_user, actor=CLI)
     count = len(moved.keys)
     result = {"moved": count, "jobs": moved.jobs, "from_user": args.from_user,
               "to_user": args.to_user}  # fmt: skip

@@ -1,5 +1,6 @@
-"""The arguments of ``memproxy memories|users|jobs|index`` (app/cli.py adds them; app/cli_memory.py
-runs them). Every command's parser sets ``handler``: the name app/cli_memory.py runs it by.
+"""The arguments of ``memproxy memories|users|jobs|index`` (app/cli/commands.py adds them;
+app/cli/memory.py runs them). Every command's parser sets ``handler``: the name app/cli/memory.py
+runs it by.
 
 Every command takes ``--database`` and ``--json`` (machine output alone on stdout).
 """

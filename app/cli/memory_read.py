@@ -1,5 +1,5 @@
 """The memory commands that read: ``memories list|get|stats|history|search|export`` (see
-app/cli_memory.py). None of them changes anything; only search embeds (the query)."""
+app/cli/memory.py). None of them changes anything; only search embeds (the query)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import BinaryIO
 
 from rich.text import Text
 
-from app.cli_show import (
+from app.cli.show import (
     Command,
     memory_cell,
     new_table,

@@ -1,4 +1,4 @@
-"""What the memory commands (app/cli_memory.py) show, and where.
+"""What the memory commands (app/cli/memory.py) show, and where.
 
 - stdout carries the result alone: tables and ``key: value`` lines for people; with ``--json``,
   machine output (JSON Lines for lists, one JSON object for a result) and nothing else;
