@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     upstream_base_url: str = "http://localhost:11434/v1"
     """Base URL of the real OpenAI-compatible server; `/chat/completions` etc. are appended."""
     upstream_api_key: SecretStr | None = None
-    """Bearer key memproxy sends upstream. Unset: see the pass-through rule in the README."""
+    """Bearer key memproxy sends upstream. Unset: docs/how-it-works.md#headers-sent-upstream."""
     upstream_connect_timeout_seconds: float = Field(default=10.0, gt=0)
     """How long to wait for a TCP/TLS connection to the upstream before answering 504."""
     upstream_read_timeout_seconds: float = Field(default=600.0, gt=0)
@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     crowded_keep_alive_seconds: float = Field(default=1.0, gt=0)
     """How long `memproxy serve` keeps a connection open between requests once the open ones
     reach 3/4 of `max_connections` (else 5 s)."""
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    """Once `memproxy serve` is asked to stop (SIGTERM, Ctrl-C), how long the answers under way
+    may still take: then a stream ends with a final error event, an answer not begun with 503
+    `shutting_down` (0: at once). A second Ctrl-C ends everything at once."""
 
     # --- storage ------------------------------------------------------------------------------
     database_url: str = "sqlite+aiosqlite:///./data/memproxy.db"

@@ -20,6 +20,7 @@ Exception tree (each class fixes its HTTP status, `type` and default `code`)::
     ├── Conflict                       409 conflict_error
     ├── ServerBusy                     503 server_error  code=server_busy (MEMPROXY_MAX_CONNECTIONS)
     ├── StorageUnavailable             503 server_error  code=storage_unavailable (database failing)
+    ├── ShuttingDown                   503 server_error  code=shutting_down (its grace passed)
     └── UpstreamError                  502 upstream_error
         ├── UpstreamUnreachable        502   code=upstream_unreachable
         ├── UpstreamTimeout            504   code=upstream_timeout
@@ -195,6 +196,14 @@ class StorageUnavailable(MemproxyError):
     @property
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)}
+
+
+class ShuttingDown(MemproxyError):
+    """memproxy was stopped and the answer did not end within MEMPROXY_SHUTDOWN_GRACE_SECONDS:
+    a 503 when none of it was sent, else a stream's last event."""
+
+    status_code = 503
+    default_code = "shutting_down"
 
 
 class UpstreamError(MemproxyError):

@@ -19,10 +19,21 @@ A record is always one line, whatever a client put in it (a path with ``%0d%0a``
 C1 controls): the text format escapes control characters in everything but the traceback (see
 :func:`escape_controls`), and the JSON format escapes them in strings (orjson the C0 ones,
 :class:`JsonFormatter` DEL, C1 and the Unicode line separators).
+
+What uvicorn reports as errors of the app but are ends memproxy means, or the server's own
+doing, is dropped from its error logger (:class:`ServerNoise`), each said otherwise: a task the
+server cancels as it stops (a request at the end of the shutdown's limit; on a second Ctrl-C every
+task), which uvicorn logs as "Exception in ASGI application" with the traceback of wherever the
+request waited, and Starlette as a failed shutdown, a traceback too, for the lifespan (the access
+line says ``ended=shutdown`` or ``cancelled``, the lifespan ``shutdown forced``); a body the relay
+left unfinished on purpose, so that the client sees a broken answer ("ASGI callable returned
+without completing response": the access line says ``ended=shutdown`` or
+``ended=upstream_broke_off``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -43,6 +54,25 @@ def new_request_id() -> str:
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 _UVICORN_LOGGERS = ("uvicorn", "uvicorn.error")
+_UNFINISHED = "ASGI callable returned without completing response."
+
+
+class ServerNoise(logging.Filter):
+    """On uvicorn's error logger: drops a record of a cancellation, whether it comes as the
+    record's exception (a request's task) or as a traceback's text (the lifespan's, which
+    Starlette sends uvicorn as the message of a failed shutdown), and uvicorn's complaint about
+    a body left unfinished."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
+            return False
+        text = record.msg if isinstance(record.msg, str) else ""
+        if text == _UNFINISHED:
+            return False
+        if not text.startswith("Traceback (most recent call last):"):
+            return True
+        last = text.rstrip().rpartition("\n")[2]
+        return not last.startswith(("asyncio.exceptions.CancelledError", "CancelledError"))
 
 
 class RequestIdFilter(logging.Filter):
@@ -126,6 +156,9 @@ def configure_logging(level: str, log_format: str = "text") -> None:
         root.addHandler(handler)
     handler.setFormatter(formatter)
     root.propagate = False
+    server_errors = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, ServerNoise) for f in server_errors.filters):
+        server_errors.addFilter(ServerNoise())
     # Re-armed on every call: whoever swapped `warnings.showwarning` since (a test runner's
     # catch_warnings) would otherwise keep warnings out of the log, written raw to stderr.
     logging.captureWarnings(False)

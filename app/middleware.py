@@ -3,10 +3,16 @@
 :class:`RequestIdMiddleware` gives each request an id (the client's ``X-Request-Id`` when it is a
 sane token, else a fresh one), returns it in the response headers, puts it in every log line, and
 logs one line per request (see :func:`_log_request`; never content).
+
+A request that did not end whole says how it ended there (``ended=``, set in its state by the
+relay, :func:`app.proxy.relay_failures.ended`; ``cancelled`` when the server cancelled it: a
+shutdown's limit, a second Ctrl-C). One the client closed before its end is counted and logged
+with status 499, as nginx does, whatever status was sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -22,6 +28,8 @@ logger = logging.getLogger("memproxy.access")
 _TIMINGS = (("memory_ms", "ms"), ("injected", ""), ("upstream_ms", "ms"))
 """Optional parts of the access line, set in the request's state by the handlers: time spent
 preparing memory (recall), memories injected, time until the upstream's response headers."""
+CLIENT_CLOSED = 499
+"""The status of a request the client closed before its end (nginx's)."""
 _PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 _SANE_ID = re.compile(r"\A[A-Za-z0-9._:\-]{1,128}\Z")
 _PATH_SAFE = "/!$&'()*+,;=:@~-._"
@@ -54,7 +62,12 @@ class RequestIdMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except asyncio.CancelledError:
+            state.setdefault("ended", "cancelled")
+            raise
         finally:
+            if state.get("ended") == "client_closed":
+                status = CLIENT_CLOSED
             if self._metrics is not None:
                 route = scope.get("route")
                 self._metrics.requests.labels(
@@ -96,6 +109,9 @@ def _log_request(scope: Scope, state: dict[str, Any], status: int, seconds: floa
         if value is not None:
             fields[name] = value
             text += f" {name.removesuffix('_ms')}={value}{unit}"
+    if ended := state.get("ended"):
+        fields["ended"] = ended
+        text += f" ended={ended}"
     logger.log(level, text, extra={"fields": fields})
 
 

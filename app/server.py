@@ -12,6 +12,10 @@ part-way through a head) make room for requests (app.server_connections), and wh
 the cap, keep-alive connections wait ``MEMPROXY_CROWDED_KEEP_ALIVE_SECONDS`` for their next
 request. Request bodies are guarded in the app (app.body_guard), so also under any other
 ASGI server.
+
+On shutdown (SIGTERM, Ctrl-C) the protocol starts the server's :class:`app.shutdown.ShutdownGrace`
+and gives it to every request: ``MEMPROXY_SHUTDOWN_GRACE_SECONDS`` later the relay ends what is
+still under way with an error; uvicorn cancels what remains ``SHUTDOWN_MARGIN_SECONDS`` after.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ from app.errors import (
     send_refusal,
 )
 from app.server_connections import ConnectionBook, book_of
+from app.shutdown import EXTENSION, ShutdownGrace, grace_for
+
+SHUTDOWN_MARGIN_SECONDS = 5.0
+"""How long after the shutdown grace uvicorn cancels the requests still under way: those the
+relay does not end itself (another route's), or a stream whose client does not read its last
+event."""
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
@@ -49,6 +59,9 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
         "access_log": False,  # memproxy logs one line per request itself, with its request id
         "server_header": False,
         "log_level": settings.log_level.lower(),
+        # The relay ends its exchanges at the grace (app.shutdown); uvicorn's limit is the
+        # backstop for the rest (without one it waits for every request, however long).
+        "timeout_graceful_shutdown": settings.shutdown_grace_seconds + SHUTDOWN_MARGIN_SECONDS,
     }
 
 
@@ -60,6 +73,7 @@ def guarded_protocol(settings: Settings) -> type[GuardedHttpToolsProtocol]:
         head_timeout = settings.client_header_timeout_seconds
         max_connections = settings.max_connections
         crowded_keep_alive = settings.crowded_keep_alive_seconds
+        shutdown_grace = settings.shutdown_grace_seconds
 
     return Protocol
 
@@ -73,7 +87,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_connections: ClassVar[int] = 1000
     crowded_keep_alive: ClassVar[float] = 1.0
     """The keep-alive timeout while connections crowd the cap (else uvicorn's)."""
+    shutdown_grace: ClassVar[float] = 10.0
+    """Seconds the requests under way have once the server shuts down."""
     _book: ConnectionBook
+    _grace: ShutdownGrace
     _reading: Literal["idle", "head", "body"] = "idle"
     """Where the parser is: between requests, in a request's head, in its body."""
     _head_bytes = 0
@@ -86,6 +103,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._book = book_of(self.server_state, self.max_connections)
         self._book.opened(self, self.loop.time())
+        self._grace = grace_for(self.server_state, self.shutdown_grace)
         self._start_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -97,6 +115,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """Close this connection to make room for a request (nothing is under way on it)."""
         self._stop_head_timer()
         self.transport.close()
+
+    def shutdown(self) -> None:
+        """The server is shutting down (uvicorn calls this on every open connection): the grace
+        of the requests under way begins."""
+        self._grace.begin()
+        super().shutdown()
 
     def handle_websocket_upgrade(self) -> None:
         self._book.closed(self)  # handed to another protocol: uvicorn stops counting it too
@@ -119,6 +143,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        # beside any extension uvicorn declares (a later uvicorn may declare some)
+        self.scope.setdefault("extensions", {})[EXTENSION] = {"grace": self._grace}
         self._reading = "head"
         self._book.begun(self)  # under way: bounded by the head timer, not closed for room
         self._start_head_timer()

@@ -116,6 +116,9 @@ class Outcome(StrEnum):
     REFUSED = "refused"
     """A hook's `on_first_byte` refused the answer (e.g. its Manager job could not be written):
     the client got an error and none of the answer."""
+    SHUTDOWN = "shutdown"
+    """memproxy was stopped and the answer did not end within its grace: the client got an
+    error (a stream's last event, or a 503 in place of the answer)."""
 
 
 class Completion:

@@ -13,6 +13,12 @@ for the completion hook, which reads the assistant's text from it after the resp
 
 A body that breaks off never reaches the client as a complete answer, and an exchange that fails
 on the upstream's side is logged once: :mod:`app.proxy.relay_failures`.
+
+When `memproxy serve` shuts down, an exchange still under way once its grace is over
+(:mod:`app.shutdown`) is ended here, as one the client left is: interrupted where it waits, the
+upstream request closed; the client then gets a 503 ``shutting_down`` in place of an answer not
+begun, or a stream its final error event. How an exchange that did not end whole ended goes to
+the access line (``ended=``, :func:`ended`).
 """
 
 from __future__ import annotations
@@ -29,8 +35,18 @@ from starlette.types import Receive, Scope, Send
 
 from app.errors import MemproxyError, UpstreamStatusError
 from app.proxy.hooks import Outcome
-from app.proxy.relay_failures import cause_of, error_event, log_failure, send_error, send_json
+from app.proxy.relay_failures import (
+    cause_of,
+    ended,
+    error_event,
+    event_of,
+    log_failure,
+    send_error,
+    send_json,
+    shutting_down,
+)
 from app.proxy.upstream import Upstream
+from app.shutdown import ShutdownGrace, grace_of
 
 MAX_CAPTURE_BYTES = 8 * 1024 * 1024
 """Most bytes of a response kept for the completion hook; beyond it the copy is cut."""
@@ -71,25 +87,35 @@ class ProxyResponse(Response):
         state = _Exchange(capture=self.capture)
         task = asyncio.current_task()
         assert task is not None
+        notes = scope.setdefault("state", {})
+        grace = grace_of(scope)
+
+        def end_early(outcome: Outcome) -> None:
+            # Servers also report a disconnect once the last byte is out: that is no early exit.
+            if not state.sent_last and not state.cancelled:
+                state.outcome = outcome
+                state.cancelled = True
+                task.cancel()
 
         async def watch_disconnect() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
-            # Servers also report a disconnect once the last byte is out: that is no early exit.
-            if not state.sent_last:
-                state.outcome = Outcome.CLIENT_DISCONNECTED
-                state.cancelled = True
-                task.cancel()
+            end_early(Outcome.CLIENT_DISCONNECTED)
 
         # Plain asyncio rather than an AnyIO task group: this runs for every request, and the
         # task group's per-call library lookups cost ~9 % of the proxy's CPU.
         watcher = asyncio.get_running_loop().create_task(watch_disconnect())
+        unwatch = grace.watch(lambda: end_early(Outcome.SHUTDOWN)) if grace else None
+        interrupted = False
         try:
-            await self._exchange(send, state, scope.setdefault("state", {}))
+            await self._exchange(send, state, notes)
         except asyncio.CancelledError:
             if not state.cancelled:
+                if grace is not None and grace.begun:  # uvicorn's limit, or a second Ctrl-C
+                    notes["ended"] = "shutdown"
                 self._finish(state, escaped=True)
-                raise  # not ours (e.g. server shutdown): let it propagate
+                raise  # not ours: let it propagate
+            interrupted = True
         except BaseException:
             self._finish(state, escaped=True)
             raise
@@ -101,9 +127,30 @@ class ProxyResponse(Response):
                     await asyncio.sleep(0)
         finally:
             watcher.cancel()
+            if unwatch is not None:
+                unwatch()
         if state.cancelled:
             task.uncancel()
-        self._finish(state, escaped=False)
+        try:
+            if interrupted and state.outcome is Outcome.SHUTDOWN:
+                assert grace is not None
+                await self._end_for_shutdown(send, state, grace)
+        finally:  # also when a client reading nothing holds the last event past uvicorn's limit
+            notes["ended"] = ended(state.outcome, head_sent=state.head_sent)
+            self._finish(state, escaped=False)
+
+    async def _end_for_shutdown(self, send: Send, state: _Exchange, grace: ShutdownGrace) -> None:
+        """The exchange was interrupted at the end of the shutdown grace: the client is told,
+        in a 503 when it has none of the answer, in a final event when it is a stream (a plain
+        body begun cannot be ended short: the connection is dropped)."""
+        error = shutting_down(grace.seconds)
+        with contextlib.suppress(OSError):  # the client is gone meanwhile: nothing to tell
+            if not state.head_sent:
+                state.status = error.status_code
+                await send_error(send, error.status_code, error, self.extra_headers)
+            elif state.sse:
+                body = event_of(error)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
 
     def _finish(self, state: _Exchange, *, escaped: bool) -> None:
         """Tell `on_finish` how the exchange ended, once, whatever ended it: an exception that
@@ -135,7 +182,7 @@ class ProxyResponse(Response):
         state.status = response.status_code
         headers = Upstream.response_headers(response)
         content_type = response.headers.get("content-type", "")
-        sse = content_type.startswith("text/event-stream")
+        state.sse = sse = content_type.startswith("text/event-stream")
         start = {
             "type": "http.response.start",
             "status": response.status_code,
@@ -158,7 +205,6 @@ class ProxyResponse(Response):
     ) -> None:
         # The head goes out with the first piece of body: a body that fails before it can still
         # be answered with a 502 instead of a 200 that ends early.
-        started = False
         pending = b""
         try:
             async for chunk in response.aiter_bytes():
@@ -167,10 +213,10 @@ class ProxyResponse(Response):
                     chunk, pending = _split_at_event_end(pending + chunk if pending else chunk)
                     if not chunk:
                         continue
-                if not started:
+                if not state.head_sent:
                     if not await self._before_first_byte(send, state):
                         return
-                    started = True
+                    state.head_sent = True  # before the send: interrupted in it, it may be out
                     await send(start)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except httpx.HTTPError as exc:
@@ -178,7 +224,7 @@ class ProxyResponse(Response):
             cause = "timeout" if isinstance(exc, httpx.TimeoutException) else "broken off"
             detail = f"{type(exc).__name__}: {exc}"
             state.sent_last = True
-            if not started:
+            if not state.head_sent:
                 error = self.upstream.body_error(exc)
                 state.status = error.status_code
                 where = f"{cause} before the body"
@@ -193,10 +239,11 @@ class ProxyResponse(Response):
             # No end of body: returning without it makes the server drop the connection, so the
             # client sees a broken answer (curl and httpx fail), never a well-framed short one.
             return
-        if not started and not await self._before_first_byte(send, state):
+        if not state.head_sent and not await self._before_first_byte(send, state):
             return  # an empty answer is still an answer: it waits as well
         state.sent_last = True
-        if not started:
+        if not state.head_sent:
+            state.head_sent = True
             await send(start)
         await send({"type": "http.response.body", "body": pending, "more_body": False})
 
@@ -218,7 +265,10 @@ class ProxyResponse(Response):
 
 
 class _Exchange:
-    __slots__ = ("cancelled", "capture", "captured", "outcome", "sent_last", "size", "status")
+    __slots__ = (
+        "cancelled", "capture", "captured", "head_sent", "outcome", "sent_last", "size", "sse",
+        "status",
+    )  # fmt: skip
 
     def __init__(self, *, capture: bool) -> None:
         self.capture = capture
@@ -227,7 +277,9 @@ class _Exchange:
         self.outcome = Outcome.COMPLETED
         self.status = 0
         self.sent_last = False
-        self.cancelled = False  # by the disconnect watcher
+        self.cancelled = False  # by the disconnect watcher or the shutdown grace
+        self.head_sent = False  # the answer's status line (not an error memproxy answered)
+        self.sse = False
 
     def keep(self, chunk: bytes) -> None:
         if self.capture and self.size < MAX_CAPTURE_BYTES:

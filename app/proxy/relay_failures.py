@@ -11,6 +11,8 @@ An exchange that fails on the upstream's side is logged once, at WARNING, with t
 (password and query values masked), the status answered and the cause: an answer of 5xx
 (unreachable: 502, timeout: 504, or the upstream's own 5xx), or a body broken off mid-way
 (:func:`log_failure`).
+
+How an exchange that did not end whole ended is named on the access line by :func:`ended`.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from starlette.types import Send
 
 from app.errors import (
     MemproxyError,
+    ShuttingDown,
     UpstreamStatusError,
     UpstreamTimeout,
     UpstreamUnreachable,
     error_body,
 )
 from app.log import mask_url
+from app.proxy.hooks import Outcome
 from app.proxy.upstream import RELAYED_HEADERS
 
 logger = logging.getLogger("memproxy.upstream")
@@ -69,6 +73,33 @@ def error_event(exc: httpx.HTTPError) -> bytes:
         code = "upstream_disconnected"
     body = error_body(message, "upstream_error", code=code)
     return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def event_of(error: MemproxyError) -> bytes:
+    """`error` as a stream's last SSE event (OpenAI's SDKs raise it as an APIError)."""
+    return b"data: " + orjson.dumps(error.to_body()) + b"\n\n"
+
+
+def shutting_down(grace_seconds: float) -> ShuttingDown:
+    """What a client whose answer memproxy's shutdown cut is told."""
+    return ShuttingDown(
+        f"memproxy is shutting down: the answer did not end within {grace_seconds:g} s "
+        "(MEMPROXY_SHUTDOWN_GRACE_SECONDS)"
+    )
+
+
+def ended(outcome: Outcome, *, head_sent: bool) -> str | None:
+    """How an exchange ended that the client did not get whole, for the access line (its status
+    alone would say 200): ``client_closed`` (the client left first), ``shutdown`` (cut at the end
+    of memproxy's shutdown grace), ``upstream_broke_off`` (mid-body); None otherwise (whole, or
+    an error status that says it)."""
+    if outcome is Outcome.CLIENT_DISCONNECTED:
+        return "client_closed"
+    if outcome is Outcome.SHUTDOWN:
+        return "shutdown"
+    if outcome is Outcome.UPSTREAM_FAILED and head_sent:
+        return "upstream_broke_off"
+    return None
 
 
 async def send_error(
