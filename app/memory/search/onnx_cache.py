@@ -7,7 +7,8 @@ size it was written with (``onnx_bytes``): :func:`damage` compares it, which cos
 export made before the size was recorded is loaded once to check it, and its size recorded then.
 
 :mod:`app.memory.search.onnx_model` makes a damaged export again, once, with a WARNING; where it
-cannot (an install without torch), :class:`DamagedExport` says in one line what to run.
+cannot (a model only torch exports, in an install without it), :class:`DamagedExport` says in
+one line what to run.
 """
 
 from __future__ import annotations
@@ -20,13 +21,18 @@ from typing import Any
 from app.errors import first_line
 
 
-class DamagedExport(Exception):
-    """A damaged export that could not be made again here; the message is one line naming
+class ModelUnavailable(Exception):
+    """The embedding model cannot be loaded here; the message is one line saying what to do
+    (`memproxy serve` and the CLI print it and exit 2)."""
+
+
+class DamagedExport(ModelUnavailable):
+    """A damaged export that could not be made again here; the message names
     ``memproxy model prepare``."""
 
 
-class CannotExport(RuntimeError):
-    """This install has no torch or sentence-transformers (the Docker image's serving stage)."""
+class CannotExport(ModelUnavailable):
+    """No export of a model only torch exports, and no torch or sentence-transformers here."""
 
     def __init__(self, message: str, missing: str | None) -> None:
         super().__init__(message)

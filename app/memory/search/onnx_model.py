@@ -1,13 +1,15 @@
 """The model's ONNX files: made once from the local sentence-transformers weights, then run.
 
-Export (:func:`prepare`, at build or first start; torch and sentence-transformers are imported
-only then): sentence-transformers' own pipeline, traced whole into one graph (Transformer,
-Pooling, then any Dense and Normalize, as the model's modules.json lists them; any other module
-is refused), kept only if it gives sentence-transformers' vectors on :data:`PROBES`. A JSON
-manifest beside it (modules, max_tokens, dim) is all that running it reads of the model, so the
-runtime (:func:`tokenizer_for`, :func:`run`) needs only onnxruntime and tokenizers. Files are
-named by a hash of the model's files (:func:`_content_key`): a copy of the model elsewhere finds
-the export, changed weights make another.
+Export (:func:`prepare`, at build or first start): the model's whole pipeline as one graph
+(Transformer, Pooling, then any Dense and Normalize, as the model's modules.json lists them; any
+other module is refused). A BERT model in safetensors (the bundled all-MiniLM-L6-v2) is written
+from its weights with numpy and onnx (:mod:`~app.memory.search.onnx_build`): no torch. Any other
+is traced by torch (:mod:`~app.memory.search.onnx_trace`, the ``export`` extra) and kept only
+if it gives sentence-transformers' vectors on :data:`PROBES`. A JSON manifest beside it
+(modules, max_tokens, dim) is all that running it reads of the model, so the runtime
+(:func:`tokenizer_for`, :func:`run`) needs only onnxruntime and tokenizers. Files are named by
+a hash of the model's files (:func:`_content_key`): a copy of the model elsewhere finds the
+export, changed weights make another.
 """
 
 from __future__ import annotations
@@ -16,9 +18,7 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,24 +26,26 @@ from typing import Any
 
 import numpy as np
 
-from app.memory.search import onnx_cache
-from app.memory.search.onnx_cache import CannotExport, DamagedExport, damage, discard
+from app.memory.search import onnx_build, onnx_cache
+from app.memory.search.onnx_cache import DamagedExport, damage, discard
 
 logger = logging.getLogger("memproxy.embedder")
 
 MAX_TOKENS = 256
 """Longer texts are truncated; a model's own max_seq_length (in the manifest) overrides this."""
 
-EXPORTER = "memproxy-onnx-2"
-"""Salts the export's cache key: changing how the graph is made changes every file name."""
+EXPORTER = "memproxy-onnx-3"
+"""Salts the export's cache key: changing how the graph is made changes every file name (3:
+BERT models written from their weights, not traced; the vectors are the same within 1e-6)."""
 PROBES = (
     "hello",
     "A longer probe sentence, with punctuation!",
     "数字 123 and émojis 🎉",
     " ".join(["a text longer than the model's token limit"] * 80),
 )
-"""Run through the export and sentence-transformers: any difference > :data:`TOLERANCE` and
-the export is deleted (different lengths in one batch check padding; the last, truncation)."""
+"""Run through each new export (a traced one is compared with sentence-transformers: any
+difference > :data:`TOLERANCE` and it is deleted); different lengths in one batch check
+padding, the last truncation."""
 TOLERANCE = 1e-4
 
 
@@ -63,7 +65,7 @@ class ModelFiles:
         return self.onnx.with_suffix(".json")
 
 
-def _module_kinds(source: Path) -> list[str]:
+def module_kinds(source: Path) -> list[str]:
     """The class names of the model's modules.json (a plain transformer folder, without one,
     is what sentence-transformers makes of it: mean pooling); refuses any other pipeline."""
     spec = source / "modules.json"
@@ -118,7 +120,7 @@ def prepare(model_dir: str, cache_dir: str, *, quantize: bool) -> ModelFiles:
     weights = any((source / n).exists() for n in ("model.safetensors", "pytorch_model.bin"))
     if not weights or not (source / "tokenizer.json").exists():
         raise FileNotFoundError(f"{model_dir} is not a local sentence-transformers model folder")
-    _module_kinds(source)  # refused before anything is exported
+    module_kinds(source)  # refused before anything is exported
     variant = "int8" if quantize else "fp32"
     target = Path(cache_dir) / f"{source.name}-{_content_key(source)}-{variant}.onnx"
     damaged = damage(target) if target.exists() else None
@@ -136,7 +138,7 @@ def prepare(model_dir: str, cache_dir: str, *, quantize: bool) -> ModelFiles:
                 raise
             raise DamagedExport(
                 f"the ONNX export {target} is damaged and cannot be made again here "
-                f"({onnx_cache.why_not(exc)}); make it where memproxy is fully installed: "
+                f"({onnx_cache.why_not(exc)}); make it where memproxy[export] is installed: "
                 f"MEMPROXY_EMBEDDING_CACHE_DIR={cache_dir} memproxy model prepare"
             ) from None
         _remove_old_exports(target.parent, source.name)
@@ -146,21 +148,35 @@ def prepare(model_dir: str, cache_dir: str, *, quantize: bool) -> ModelFiles:
 
 
 def _remove_old_exports(folder: Path, name: str) -> None:
-    """Delete this model's exports made by memproxy before exports were named by content
-    (``{name}-{12 hex digits of its path and size}-{fp32|int8}.onnx``, ~90 MB each), which
-    nothing loads any more: both, whichever variant this start exported."""
+    """Delete this model's exports that nothing loads any more (~90 MB each): those made
+    before exports were named by content (``{name}-{12 hex digits}-{fp32|int8}.onnx``) and
+    those whose manifest names another :data:`EXPORTER` (an earlier memproxy's graph; one
+    without a readable manifest is left alone: it may be another process's)."""
     old = re.compile(rf"{re.escape(name)}-[0-9a-f]{{12}}-(?:fp32|int8)\.onnx")
+    named = re.compile(rf"{re.escape(name)}-[0-9a-f]{{16}}-(?:fp32|int8)\.onnx")
     for path in folder.iterdir():
-        if old.fullmatch(path.name):
+        if old.fullmatch(path.name) or (
+            named.fullmatch(path.name) and _exporter(path) not in (EXPORTER, None)
+        ):
             with contextlib.suppress(OSError):
-                path.unlink()
+                discard(path)
                 logger.info("removed an export of an earlier memproxy: %s", path)
 
 
+def _exporter(path: Path) -> str | None:
+    """The exporter the manifest of `path` names (None when it names none or cannot be
+    read)."""
+    try:
+        exporter = json.loads(path.with_suffix(".json").read_text()).get("exporter")
+        return exporter if isinstance(exporter, str) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _export(source: Path, target: Path, *, quantize: bool) -> None:
-    """Write `target` and its manifest. fp32 is traced from sentence-transformers (torch is
-    imported only then) and checked against it; int8 is quantised from the fp32 export (made
-    first if missing; when it is there, this needs only onnxruntime)."""
+    """Write `target` and its manifest. fp32 is written from the weights (BERT) or traced
+    (others; torch is imported only then); int8 is quantised from the fp32 export (made first
+    if missing)."""
     plain = target.with_name(target.name.replace("-int8.onnx", "-fp32.onnx"))
     if quantize:
         if not plain.exists() or damage(plain) is not None:
@@ -168,78 +184,31 @@ def _export(source: Path, target: Path, *, quantize: bool) -> None:
             _export(source, plain, quantize=False)
         _quantize(plain, target)
         return
-    onnx_cache.publish(target, _trace(source, target.with_suffix(".tmp")))
+    if onnx_build.supports(source):
+        manifest = _build(source, target.with_suffix(".tmp"))
+    else:
+        from app.memory.search.onnx_trace import trace  # torch: only for other models
+
+        manifest = trace(source, target.with_suffix(".tmp"))
+    onnx_cache.publish(target, manifest)
 
 
-def _trace(source: Path, output: Path) -> dict[str, Any]:
-    """The whole sentence-transformers pipeline as one ONNX graph in `output`, with the manifest
-    that goes with it; raises (and leaves nothing) unless it reproduces sentence-transformers."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local files only, whatever the caller set
+def _build(source: Path, output: Path) -> dict[str, Any]:
+    """The graph written from `source`'s weights into `output`, and its manifest; raises (and
+    leaves nothing) unless onnxruntime runs it to finite vectors."""
     try:
-        import torch
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as transformers_logging
-    except ImportError as exc:  # a serving-only install (the Docker image's): no exporting there
-        raise CannotExport(
-            f"no ONNX export of {source} in {output.parent}, and this install cannot make one "
-            f"({exc.name} is not installed); make it where memproxy is fully installed: "
-            f"MEMPROXY_EMBEDDING_CACHE_DIR={output.parent} memproxy model prepare",
-            exc.name,
-        ) from None
-
-    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # JSON logs
-    model = SentenceTransformer(str(source), device="cpu", local_files_only=True).eval()
-    kinds = [type(module).__name__ for module in model]
-    if kinds != _module_kinds(source):
-        raise ValueError(f"{source}: sentence-transformers loads modules {kinds}, not supported")
-    accepted = getattr(model.tokenizer, "model_input_names", None) or ["input_ids"]
-    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in accepted]
-
-    class Pipeline(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, *inputs: Any) -> Any:
-            return self.model(dict(zip(names, inputs, strict=True)))["sentence_embedding"]
-
-    sample = torch.ones((2, 8), dtype=torch.int64)
-    samples = tuple(torch.zeros_like(sample) if n == "token_type_ids" else sample for n in names)
-    axes = {0: "batch", 1: "tokens"}
-    with warnings.catch_warnings():  # the tracer's notes on a graph checked against torch below
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            Pipeline(), samples, str(output), input_names=names,
-            output_names=["sentence_embedding"],
-            dynamic_axes={**{n: axes for n in names}, "sentence_embedding": {0: "batch"}},
-            opset_version=17, dynamo=False,
-        )  # fmt: skip
-    manifest: dict[str, Any] = {
-        "exporter": EXPORTER,
-        "modules": kinds,
-        "max_tokens": int(model.max_seq_length or MAX_TOKENS),
-        "dim": 0,
-    }
-    try:
+        kinds = onnx_build.build(source, output)
         import onnxruntime as ort  # type: ignore[import-untyped]
 
+        max_tokens = onnx_build.max_tokens(source, MAX_TOKENS)
         session = ort.InferenceSession(str(output), providers=["CPUExecutionProvider"])
-        tokenizer = tokenizer_for(source / "tokenizer.json", manifest["max_tokens"])
-        got = run(session, tokenizer, PROBES)
-        with torch.no_grad():
-            want = model.encode(list(PROBES), convert_to_numpy=True)
-        difference = float(np.abs(got - want).max()) if got.shape == want.shape else np.inf
-        if difference > TOLERANCE:
-            raise ValueError(
-                f"{source}: the ONNX export differs from sentence-transformers by {difference:.2g} "
-                f"(more than {TOLERANCE}); not used"
-            )
+        got = run(session, tokenizer_for(source / "tokenizer.json", max_tokens), PROBES)
+        if got.ndim != 2 or not np.isfinite(got).all():
+            raise ValueError(f"{source}: the ONNX graph written from its weights gives no vectors")
     except BaseException:
         output.unlink(missing_ok=True)
         raise
-    manifest["dim"] = int(got.shape[1])
-    manifest["max_difference"] = difference
-    return manifest
+    return {"exporter": EXPORTER, "modules": kinds, "max_tokens": max_tokens, "dim": got.shape[1]}
 
 
 def _quantize(plain: Path, target: Path) -> None:

@@ -1,7 +1,8 @@
 """A damaged ONNX export in the cache (a copy cut short: a full disk, a killed copy) is made again
-once, with a WARNING; where it cannot be (an install without torch), `memproxy serve` says so in
-one line naming `memproxy model prepare` and exits 2, never with a traceback. Copies of the
-session's exports (`model_cache`) are damaged, never the shared ones."""
+once, with a WARNING, also without torch for the bundled model; where it cannot be (a model only
+torch exports, in an install without it), `memproxy serve` says so in one line naming
+`memproxy model prepare` and exits 2, never with a traceback. Copies of the session's exports
+(`model_cache`) are damaged, never the shared ones."""
 
 from __future__ import annotations
 
@@ -23,12 +24,15 @@ from app.memory.search.onnx_model import ModelFiles, logger, prepare
 from tests.helpers import free_port, running
 
 
-def _copies(model_cache: Path, into: Path) -> tuple[ModelFiles, ModelFiles]:
-    """The session's fp32 and int8 exports, copied into `into` (made first if need be)."""
+def _copies(
+    model_cache: Path, into: Path, model: str | None = None
+) -> tuple[ModelFiles, ModelFiles]:
+    """The fp32 and int8 exports of `model` (the bundled one by default), copied into `into`
+    (made first if need be)."""
     into.mkdir()
     copied = []
     for quantize in (False, True):
-        files = prepare(bundled_model_path(), str(model_cache), quantize=quantize)
+        files = prepare(model or bundled_model_path(), str(model_cache), quantize=quantize)
         for path in (files.onnx, files.manifest):
             shutil.copy2(path, into / path.name)
         copied.append(ModelFiles(into / files.onnx.name, files.tokenizer, files.name))
@@ -75,8 +79,21 @@ async def test_a_truncated_export_is_made_again_when_loaded(
     )
 
 
-def _without_torch(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    """`memproxy argv...` where torch cannot be imported, on the exports in ``tmp_path/models``."""
+def _max_pooled(tmp_path: Path) -> Path:
+    """The bundled model with max pooling: a model only torch exports."""
+    copy = tmp_path / "max-model"
+    shutil.copytree(bundled_model_path(), copy)
+    (copy / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 384, "pooling_mode_max_tokens": True})
+    )
+    return copy
+
+
+def _without_torch(
+    tmp_path: Path, *argv: str, model: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`memproxy argv...` where torch cannot be imported, on the exports in ``tmp_path/models``
+    (of `model`, when given: MEMPROXY_EMBEDDING_MODEL)."""
     script = """
 import sys
 for name in ("torch", "transformers", "sentence_transformers"):
@@ -90,6 +107,7 @@ sys.exit(main(sys.argv[1:]))
         "MEMPROXY_EMBEDDING_CACHE_DIR": str(tmp_path / "models"),
         "MEMPROXY_PORT": str(free_port()),
         "MEMPROXY_UPSTREAM_CHECK_AT_START": "false",
+        **({"MEMPROXY_EMBEDDING_MODEL": str(model)} if model else {}),
     }
     return subprocess.run(
         [sys.executable, "-c", script, *argv], capture_output=True, text=True, cwd=tmp_path,
@@ -97,13 +115,28 @@ sys.exit(main(sys.argv[1:]))
     )  # fmt: skip
 
 
+def test_without_torch_the_bundled_models_export_is_made_again(
+    model_cache: Path, tmp_path: Path
+) -> None:
+    """The default install has no torch: a truncated export of the bundled model is written
+    again from its weights, with the WARNING, and `model prepare` succeeds."""
+    fp32, int8 = _copies(model_cache, tmp_path / "models")
+    size = _cut(fp32)
+    run = _without_torch(tmp_path, "model", "prepare")
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    assert f"the ONNX export {fp32.onnx} is damaged" in run.stderr
+    assert abs(fp32.onnx.stat().st_size - size) < size // 100 and int8.onnx.exists()
+
+
 def test_serve_without_torch_says_in_one_line_to_prepare_the_model(
     model_cache: Path, tmp_path: Path
 ) -> None:
-    """The Docker image cannot export: its truncated fp32 export is one line and exit 2."""
-    fp32, _int8 = _copies(model_cache, tmp_path / "models")
+    """A model only torch exports, in an install without it: its truncated fp32 export is one
+    line and exit 2."""
+    model = _max_pooled(tmp_path)
+    fp32, _int8 = _copies(model_cache, tmp_path / "models", str(model))
     _cut(fp32)
-    run = _without_torch(tmp_path, "serve")
+    run = _without_torch(tmp_path, "serve", model=model)
     lines = [line for line in run.stderr.splitlines() if "WARNING" not in line]
     assert run.returncode == 2, run.stderr
     (line,) = lines
@@ -115,9 +148,10 @@ def test_serve_without_torch_says_in_one_line_to_prepare_the_model(
 def test_other_commands_without_torch_end_on_the_same_line(
     model_cache: Path, tmp_path: Path
 ) -> None:
-    fp32, _int8 = _copies(model_cache, tmp_path / "models")
+    model = _max_pooled(tmp_path)
+    fp32, _int8 = _copies(model_cache, tmp_path / "models", str(model))
     _cut(fp32)
-    run = _without_torch(tmp_path, "model", "prepare")
+    run = _without_torch(tmp_path, "model", "prepare", model=model)
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     line = run.stderr.splitlines()[-1]
     assert line.startswith(f"memproxy: the ONNX export {fp32.onnx} is damaged and cannot be made ")

@@ -186,22 +186,3 @@ print(Embedder(files).dim)
         f.seek(-4, os.SEEK_END)
         f.write(bytes(4))
     assert _content_key(dense_copy) != _content_key(dense_model)
-
-
-def test_a_serving_only_install_without_an_export_says_how_to_make_one(tmp_path: Path) -> None:
-    """The Docker image serves without torch: with no export in its cache, start-up says what
-    to run instead of a bare ModuleNotFoundError."""
-    script = f"""
-import sys
-for name in ("torch", "transformers", "sentence_transformers"):
-    sys.modules[name] = None  # importing any of them fails
-from app.memory.search.onnx_model import prepare
-prepare({bundled_model_path()!r}, {str(tmp_path)!r}, quantize=False)
-"""
-    run = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=Path.cwd(), check=False
-    )
-    assert run.returncode == 1
-    assert f"no ONNX export of {bundled_model_path()} in {tmp_path}" in run.stderr, run.stderr
-    assert f"MEMPROXY_EMBEDDING_CACHE_DIR={tmp_path} memproxy model prepare" in run.stderr
-    assert list(tmp_path.iterdir()) == []  # nothing half-made left behind
