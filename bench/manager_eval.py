@@ -63,7 +63,7 @@ are bench/llm_server.py's (installed with its ``install`` and ``model`` commands
 llama-server at a time, one slot (``-np 1``), an 8,192-token context. On the idle 2-core machine
 the 1.5B takes 55-150 s a session (up to 1,024 tokens of answer at ~13 tokens/s), so a whole
 conversation (19-25 sessions) takes 30-50 min per model and mode; beside another busy process,
-jobs can reach ``--job-timeout``. Figures go in the README's Performance section.
+jobs can reach ``--job-timeout``. Figures go in docs/performance.md.
 """
 
 from __future__ import annotations

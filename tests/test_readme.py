@@ -35,6 +35,9 @@ WALKTHROUGH = re.findall(r"```(bash|)\n(.*?)```", TRY_SECTION, re.S)
 """The try-it section's blocks: the start, the chat to remember, then the listing and the next chat
 (bash), each followed by the output the README shows for it (no language)."""
 TRY_IT = WALKTHROUGH[0][1]
+MCP_SECTION = README.split("\n### Memory as tools: the MCP server\n", 1)[1].split("\n### ", 1)[0]
+MCP_EXAMPLE = re.findall(r"```(python|)\n(.*?)```", MCP_SECTION, re.S)
+"""The MCP section's client example (python), then the output the README shows for it."""
 EXAMPLE_URL = "http://localhost:8000"
 
 
@@ -105,7 +108,8 @@ def test_readme_has_the_examples() -> None:
     first_venv = next((i for i, line in enumerate(lines) if ".venv/" in line), len(lines))
     assert any(line.strip() == "make install" for line in lines[:first_venv]), TRY_IT
     assert [lang for lang, _ in WALKTHROUGH] == ["bash", "bash", "bash", "", "bash", ""]
-    assert len(CURL) == 3 and len(PYTHON) == 1 and len(MEMORY_CURL) == 6
+    assert len(CURL) == 3 and len(PYTHON) == 2 and len(MEMORY_CURL) == 6
+    assert [lang for lang, _ in MCP_EXAMPLE] == ["python", ""] and PYTHON[1] == MCP_EXAMPLE[0][1]
 
 
 @pytest.mark.parametrize("code", CURL, ids=["chat", "stream", "models"])
@@ -127,6 +131,28 @@ def test_python_example(proxy_url: str) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["echo: I live in Oslo.", "echo: Tell me a story."]
+
+
+def test_mcp_example(proxy_url: str) -> None:
+    """The MCP client example, run as written through the official SDK's client on the try-it
+    server (open: the user is the one its headers name), with the real model and the default
+    relevance threshold: it prints what the README shows, and the memory is the named user's."""
+    from app.config import Settings
+
+    (_, code), (_, shown) = MCP_EXAMPLE
+    done = subprocess.run([sys.executable, "-c", code.replace(EXAMPLE_URL, proxy_url)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    printed, expected = done.stdout.strip(), shown.strip()
+    score, said = (float(re.findall(r"'score': ([\d.]+)", text)[0]) for text in (printed, expected))
+    assert score >= Settings.model_fields["relevance_threshold"].default  # found, not by luck
+    # The score as measured where the README was written: int8 kernels may differ a hair by CPU.
+    assert abs(score - said) <= 0.005, (score, said)
+    printed = printed.replace(f"'score': {score}", f"'score': {said}")
+    assert claimed(expected).fullmatch(printed), printed
+    user = re.findall(r'"X-User-Id": "(\w+)"', code)[0]
+    mine = httpx.get(f"{proxy_url}/v1/memories", headers={"X-User-Id": user}).json()["data"]
+    assert [m["content"] for m in mine] == ["The user plays chess on Sundays"]
 
 
 def test_memory_examples_in_order(proxy_url: str, tmp_path: Path) -> None:
@@ -175,3 +201,92 @@ def test_try_it_walkthrough_remembers_and_recalls(proxy_url: str) -> None:
     reply = orjson.loads(body)["choices"][0]["message"]["content"]
     assert reply.startswith("echo: What game do I play?\nsystem: <memproxy-memories>")
     assert "] The user plays chess\n" in reply
+
+
+# --- README as the first screens, the rest in docs/ pages it links ----------------------------
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+QUICKSTART = README.split("\n## ", 1)[0]
+"""What comes before the first section: the two commands and how to set them up."""
+
+
+def unfenced(text: str) -> str:
+    """The text with the lines of fenced code blocks blanked."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            line = ""
+        lines.append("" if fenced else line)
+    return "\n".join(lines)
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown file (a repeated one gets -1, -2...)."""
+    seen: dict[str, int] = {}
+    found = set()
+    for line in unfenced(path.read_text()).splitlines():
+        if heading := re.match(r"#{1,6} (.+)", line):
+            slug = re.sub(r"[^\w\- ]", "", heading[1].strip().lower()).replace(" ", "-")
+            found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *DOCS], ids=lambda p: p.name)
+def test_every_link_resolves(page: Path) -> None:
+    """Every relative link of README and the docs pages names a file that exists, and every
+    #anchor a heading of the page it points to (a section moved or renamed breaks this)."""
+    broken = []
+    text = re.sub(r"`[^`\n]*`", "", unfenced(page.read_text()))  # no code, inline or fenced
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        file, _, anchor = target.partition("#")
+        path = (page.parent / file).resolve() if file else page
+        if not path.exists():
+            broken.append(f"{target}: no file {path}")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{target}: no heading #{anchor} in {path.name}")
+    assert not broken, "\n".join(broken)
+
+
+def test_readme_keeps_to_the_first_screens() -> None:
+    """Issue 24: the README is what a user needs (1,4xx lines before, ~330 of them benchmark
+    tables); the measured tables and the deep operations are docs pages it links, each of them."""
+    assert README.count("\n") < 650
+    assert "$ .venv/bin/python bench/" not in README  # the measured tables are in docs/
+    assert "$ .venv/bin/python bench/" in (ROOT / "docs" / "performance.md").read_text()
+    for page in DOCS:
+        assert f"](docs/{page.name}" in README, f"README does not link {page.name}"
+        title, intro = page.read_text().split("\n\n", 2)[:2]
+        assert title.startswith("# ") and "](../README.md" in intro, page.name
+    # The curl and SDK examples come before any detail of Open WebUI's signed token.
+    clients = README.index("\n## Any other client\n")
+    assert "HS256" not in README[:clients] and "invalid_user_token" not in README[:clients]
+    sections = re.findall(r"^## (.+)$", README, re.M)
+    assert sections[:5] == ["What it does", "Try it without a model", "Open WebUI",
+                            "Any other client", "See what memproxy remembers"]  # fmt: skip
+    assert sections[-2:] == ["Settings", "More"]
+
+
+def test_quickstart_says_how_long_the_tests_take_and_how_to_change_ports() -> None:
+    """The two commands, then how long `make test` takes and where its PostgreSQL pass looks (the
+    Makefile's address), and how to move memproxy and the fake upstream to other ports, with
+    flags the CLI takes."""
+    from app.cli.commands import _parser
+    from app.config import Settings
+
+    assert re.search(r"`make test` takes about \d+ minutes", QUICKSTART)
+    makefile = (ROOT / "Makefile").read_text()
+    postgres = re.findall(r"TEST_POSTGRES_URL \?= \S+@([\d.]+:\d+)/", makefile)
+    assert postgres and f"`{postgres[0]}`" in QUICKSTART
+    port = re.findall(r"`MEMPROXY_PORT=(\d+) make run`", QUICKSTART)
+    assert port and "port" in Settings.model_fields
+    for command in re.findall(r"`\.venv/bin/(memproxy (?:serve|fake-upstream) --port \d+)`",
+                              QUICKSTART):  # fmt: skip
+        args = _parser().parse_args(command.split()[1:])
+        assert str(args.port) == command.split()[-1], command
+    assert "memproxy serve --port" in QUICKSTART and "memproxy fake-upstream --port" in QUICKSTART
+    fake_default = _parser().parse_args(["fake-upstream"]).port
+    assert f"listens on {fake_default}" in QUICKSTART
