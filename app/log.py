@@ -21,14 +21,15 @@ C1 controls): the text format escapes control characters in everything but the t
 :class:`JsonFormatter` DEL, C1 and the Unicode line separators).
 
 What uvicorn reports as errors of the app but are ends memproxy means, or the server's own
-doing, is dropped from its error logger (:class:`ServerNoise`), each said otherwise: a task the
-server cancels as it stops (a request at the end of the shutdown's limit; on a second Ctrl-C every
-task), which uvicorn logs as "Exception in ASGI application" with the traceback of wherever the
-request waited, and Starlette as a failed shutdown, a traceback too, for the lifespan (the access
-line says ``ended=shutdown`` or ``cancelled``, the lifespan ``shutdown forced``); a body the relay
-left unfinished on purpose, so that the client sees a broken answer ("ASGI callable returned
-without completing response": the access line says ``ended=shutdown`` or
-``ended=upstream_broke_off``).
+doing, is dropped from its error logger (:class:`ServerNoise`), each said otherwise: once the
+server is shutting down, a task it cancels (a request at the end of the shutdown's limit; on a
+second Ctrl-C every task), which uvicorn logs as "Exception in ASGI application" with the
+traceback of wherever the request waited, and Starlette as a failed shutdown, a traceback too,
+for the lifespan (the access line says ``ended=shutdown`` or ``cancelled``, the lifespan
+``shutdown forced``); and a body the relay left unfinished on purpose, so that the client sees
+a broken answer ("ASGI callable returned without completing response": the access line says
+``ended=shutdown`` or ``ended=upstream_broke_off``). The same records at any other time, or
+for another route, are logged as ever.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+
+from app import shutdown
 
 request_id_var: ContextVar[str] = ContextVar("request_id", default="-")
 
@@ -64,10 +67,12 @@ class ServerNoise(logging.Filter):
     a body left unfinished."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
-            return False
         text = record.msg if isinstance(record.msg, str) else ""
         if text == _UNFINISHED:
+            return not shutdown.left_unfinished()
+        if not shutdown.shutting_down():
+            return True
+        if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
             return False
         if not text.startswith("Traceback (most recent call last):"):
             return True

@@ -53,7 +53,7 @@ from app.proxy.models_cache import ModelsCache
 from app.proxy.upstream import Upstream, build_client, build_transport
 from app.settings_errors import exit_start, settings_or_exit, unknown_settings
 
-SHUTDOWN_GRACE_SECONDS = 10.0
+BACKGROUND_DRAIN_SECONDS = 10.0
 """How long shutdown waits for after-response work before cancelling it."""
 
 
@@ -153,7 +153,7 @@ def create_app(
             startup.logger.warning("shutdown forced: requests under way were cut")
             raise
         finally:
-            await runner.drain(SHUTDOWN_GRACE_SECONDS)
+            await runner.drain(BACKGROUND_DRAIN_SECONDS)
             if worker is not None:
                 await worker.stop()
             await manager_http.aclose()

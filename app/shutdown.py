@@ -16,12 +16,34 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from contextvars import ContextVar
 from functools import partial
 from typing import Any
 from weakref import WeakKeyDictionary
 
 EXTENSION = "memproxy.shutdown"
 """The ASGI scope extension that carries the server's grace: ``{"grace": ShutdownGrace}``."""
+
+_begun_here = False
+"""Whether a server of this process has begun shutting down (:func:`shutting_down`)."""
+_unfinished = ContextVar("memproxy_unfinished_on_purpose", default=False)
+
+
+def shutting_down() -> bool:
+    """Whether a server of this process is shutting down: from then on a cancelled task is the
+    server's doing (its limit, a second Ctrl-C), not a fault to report."""
+    return _begun_here
+
+
+def leave_unfinished() -> None:
+    """The current request's body is left unfinished on purpose (the client must see a broken
+    answer): the server's complaint about it is expected (:func:`left_unfinished`)."""
+    _unfinished.set(True)
+
+
+def left_unfinished() -> bool:
+    """Whether the current request (this task's context) was left unfinished on purpose."""
+    return _unfinished.get()
 
 
 class ShutdownGrace:
@@ -36,8 +58,9 @@ class ShutdownGrace:
 
     def begin(self) -> None:
         """The server is shutting down: start the clock (again: nothing)."""
+        global _begun_here
         if not self.begun:
-            self.begun = True
+            self.begun = _begun_here = True
             asyncio.get_running_loop().call_later(self.seconds, self._end)
 
     def watch(self, callback: Callable[[], None]) -> Callable[[], None]:

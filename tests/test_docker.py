@@ -459,3 +459,15 @@ def test_ready_command_passes_only_for_a_ready_server(
         assert "database: gone" in capsys.readouterr().out
     assert cli.main(["ready", "--url", f"{url}/readyz"]) == 1  # nothing listens there any more
     assert "not ready" in capsys.readouterr().err
+
+
+def test_compose_waits_for_the_shutdown_grace_and_what_follows_it() -> None:
+    """Docker kills memproxy stop_grace_period after SIGTERM: the grace, uvicorn's margin after
+    it, then the background work's drain must fit, or compose cuts what the grace promises."""
+    from app.main import BACKGROUND_DRAIN_SECONDS
+    from app.server import SHUTDOWN_MARGIN_SECONDS
+
+    period = SERVICES["memproxy"]["stop_grace_period"]
+    seconds = float(period.removesuffix("s"))
+    grace = Settings().shutdown_grace_seconds
+    assert seconds >= grace + SHUTDOWN_MARGIN_SECONDS + BACKGROUND_DRAIN_SECONDS

@@ -245,3 +245,35 @@ def test_ctrl_c_during_a_stream_prints_no_traceback(tmp_path: Path, signals: int
         assert orjson.loads(_events(raw)[-1])["error"]["code"] == "shutting_down"
     else:
         assert "shutdown forced" in text
+
+
+def test_the_log_filter_hides_only_what_shutdown_or_the_relay_meant(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Outside a shutdown a cancelled task is still an ERROR worth a traceback, and a body left
+    unfinished by another route still logs uvicorn's complaint; the relay's own does not."""
+    import asyncio
+    import contextvars
+    import logging
+
+    from app import shutdown
+    from app.log import ServerNoise
+
+    def record(message: str, error: BaseException | None = None) -> logging.LogRecord:
+        exc_info = (type(error), error, None) if error else None
+        return logging.LogRecord("uvicorn.error", logging.ERROR, "", 0, message, (), exc_info)
+
+    noise = ServerNoise()
+    unfinished = "ASGI callable returned without completing response."
+    cancelled = record("Exception in ASGI application", asyncio.CancelledError())
+    monkeypatch.setattr(shutdown, "_begun_here", False)  # an earlier test's server stopped
+    assert noise.filter(cancelled) and noise.filter(record(unfinished))
+    monkeypatch.setattr(shutdown, "_begun_here", True)
+    assert not noise.filter(cancelled)
+
+    def relayed() -> bool:
+        shutdown.leave_unfinished()
+        return noise.filter(record(unfinished))
+
+    assert not contextvars.copy_context().run(relayed)
+    assert noise.filter(record(unfinished))  # another request's context: logged

@@ -14,11 +14,9 @@ for the completion hook, which reads the assistant's text from it after the resp
 A body that breaks off never reaches the client as a complete answer, and an exchange that fails
 on the upstream's side is logged once: :mod:`app.proxy.relay_failures`.
 
-When `memproxy serve` shuts down, an exchange still under way once its grace is over
-(:mod:`app.shutdown`) is ended here, as one the client left is: interrupted where it waits, the
-upstream request closed; the client then gets a 503 ``shutting_down`` in place of an answer not
-begun, or a stream its final error event. How an exchange that did not end whole ended goes to
-the access line (``ended=``, :func:`ended`).
+At the end of a shutdown's grace (:mod:`app.shutdown`) an exchange under way is ended as one
+the client left is, then the client gets a 503 ``shutting_down`` or a stream its final error
+event. How an exchange that did not end whole ended goes to the access line (``ended=``).
 """
 
 from __future__ import annotations
@@ -46,7 +44,7 @@ from app.proxy.relay_failures import (
     shutting_down,
 )
 from app.proxy.upstream import Upstream
-from app.shutdown import ShutdownGrace, grace_of
+from app.shutdown import ShutdownGrace, grace_of, leave_unfinished
 
 MAX_CAPTURE_BYTES = 8 * 1024 * 1024
 """Most bytes of a response kept for the completion hook; beyond it the copy is cut."""
@@ -144,7 +142,10 @@ class ProxyResponse(Response):
         in a 503 when it has none of the answer, in a final event when it is a stream (a plain
         body begun cannot be ended short: the connection is dropped)."""
         error = shutting_down(grace.seconds)
-        with contextlib.suppress(OSError):  # the client is gone meanwhile: nothing to tell
+        if state.head_sent:
+            leave_unfinished()  # its end never comes: the connection is dropped
+        # OSError: the client is gone; RuntimeError: the head's send was cut before it was out.
+        with contextlib.suppress(OSError, RuntimeError):
             if not state.head_sent:
                 state.status = error.status_code
                 await send_error(send, error.status_code, error, self.extra_headers)
@@ -238,6 +239,7 @@ class ProxyResponse(Response):
                 )
             # No end of body: returning without it makes the server drop the connection, so the
             # client sees a broken answer (curl and httpx fail), never a well-framed short one.
+            leave_unfinished()
             return
         if not state.head_sent and not await self._before_first_byte(send, state):
             return  # an empty answer is still an answer: it waits as well

@@ -38,7 +38,7 @@ def supports(source: Path) -> bool:
         modules = _modules(source)
     except (OSError, ValueError, KeyError):
         return False
-    pooling = _read_json(source / modules[1]["path"] / "config.json") if len(modules) > 1 else {}
+    pooling = _pooling(source, modules[1]) if len(modules) > 1 else {}
     chosen = [k for k, v in pooling.items() if k.startswith("pooling_mode") and v]
     if len(chosen) != 1 or chosen[0] not in POOLINGS:
         return False
@@ -66,7 +66,7 @@ def build(source: Path, output: Path) -> list[str]:
     for layer in range(int(config["num_hidden_layers"])):
         hidden = graph.layer(hidden, f"encoder.layer.{layer}", config)
     modules = _modules(source)
-    pooling = _read_json(source / modules[1]["path"] / "config.json")
+    pooling = _pooling(source, modules[1])
     embedding = graph.cls(hidden) if pooling.get("pooling_mode_cls_token") else graph.mean(hidden)
     for module in modules[2:]:
         if _kind(module) == "Dense":
@@ -85,19 +85,32 @@ def max_tokens(source: Path, default: int) -> int:
     limit = int(config.get("max_position_embeddings", default))
     sbert = source / "sentence_bert_config.json"
     length = json.loads(sbert.read_text()).get("max_seq_length") if sbert.is_file() else None
+    if length is None and not (source / "modules.json").exists():
+        # a plain transformer folder: sentence-transformers takes the tokenizer's limit
+        tokenizer = source / "tokenizer_config.json"
+        if tokenizer.is_file():
+            length = json.loads(tokenizer.read_text()).get("model_max_length")
+            length = length if isinstance(length, int) and length < 10**6 else None
     return min(int(length or default), limit)
 
 
 def _modules(source: Path) -> list[dict[str, Any]]:
     spec = source / "modules.json"
     if not spec.exists():  # a plain transformer folder: sentence-transformers mean-pools it
-        return [{"type": "Transformer", "path": ""}, {"type": "Pooling", "path": ""}]
+        return [{"type": "Transformer", "path": ""}, {"type": "Pooling", "path": None}]
     modules: list[dict[str, Any]] = json.loads(spec.read_text())
     return modules
 
 
 def _kind(module: dict[str, Any]) -> str:
     return str(module["type"]).rsplit(".", 1)[-1]
+
+
+def _pooling(source: Path, module: dict[str, Any]) -> dict[str, Any]:
+    """The Pooling module's config; mean pooling for a plain folder (no modules.json)."""
+    if module["path"] is None:
+        return {"pooling_mode_mean_tokens": True}
+    return _read_json(source / module["path"] / "config.json")
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -35,8 +35,11 @@ MAX_TOKENS = 256
 """Longer texts are truncated; a model's own max_seq_length (in the manifest) overrides this."""
 
 EXPORTER = "memproxy-onnx-3"
-"""Salts the export's cache key: changing how the graph is made changes every file name (3:
-BERT models written from their weights, not traced; the vectors are the same within 1e-6)."""
+"""Salts the cache key of a graph written from the weights (:mod:`onnx_build`): changing how
+it is made changes its file names."""
+TRACER = "memproxy-onnx-2"
+"""Salts the cache key of a traced graph: unchanged since torch traced every model, so an
+export traced by an earlier memproxy is still found."""
 PROBES = (
     "hello",
     "A longer probe sentence, with punctuation!",
@@ -85,7 +88,12 @@ def module_kinds(source: Path) -> list[str]:
 _KEYS: dict[tuple[object, ...], str] = {}
 
 
-def _content_key(source: Path) -> str:
+def exporter_of(source: Path) -> str:
+    """Which way `source` is exported: :data:`EXPORTER` (from its weights) or :data:`TRACER`."""
+    return EXPORTER if onnx_build.supports(source) else TRACER
+
+
+def _content_key(source: Path, salt: str | None = None) -> str:
     """sha256 (16 hex digits) of the files the vectors depend on, by their names relative to the
     folder, and :data:`EXPORTER`: the same for a copy of the model anywhere, different when its
     weights, configs or tokenizer differ. Hashed once per process (~0.3 s for MiniLM)."""
@@ -98,9 +106,10 @@ def _content_key(source: Path) -> str:
     files = [source / n for n in names if (source / n).is_file()]
     for folder in filter(None, folders):  # each module's own config and weights
         files += sorted(p for p in (source / folder).rglob("*") if p.is_file())
-    stat = tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    salt = salt or exporter_of(source)
+    stat = (salt, *((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
     if stat not in _KEYS:
-        digest = hashlib.sha256(EXPORTER.encode())
+        digest = hashlib.sha256(salt.encode())
         for path in files:
             digest.update(path.relative_to(source).as_posix().encode() + b"\0")
             with path.open("rb") as f:
@@ -141,36 +150,29 @@ def prepare(model_dir: str, cache_dir: str, *, quantize: bool) -> ModelFiles:
                 f"({onnx_cache.why_not(exc)}); make it where memproxy[export] is installed: "
                 f"MEMPROXY_EMBEDDING_CACHE_DIR={cache_dir} memproxy model prepare"
             ) from None
-        _remove_old_exports(target.parent, source.name)
+        _remove_old_exports(target.parent, source)
     return ModelFiles(
         onnx=target, tokenizer=source / "tokenizer.json", name=f"{source.name}:{variant}"
     )
 
 
-def _remove_old_exports(folder: Path, name: str) -> None:
-    """Delete this model's exports that nothing loads any more (~90 MB each): those made
-    before exports were named by content (``{name}-{12 hex digits}-{fp32|int8}.onnx``) and
-    those whose manifest names another :data:`EXPORTER` (an earlier memproxy's graph; one
-    without a readable manifest is left alone: it may be another process's)."""
-    old = re.compile(rf"{re.escape(name)}-[0-9a-f]{{12}}-(?:fp32|int8)\.onnx")
-    named = re.compile(rf"{re.escape(name)}-[0-9a-f]{{16}}-(?:fp32|int8)\.onnx")
+def _remove_old_exports(folder: Path, source: Path) -> None:
+    """Delete exports of this model that nothing here loads any more (~90 MB each): those made
+    before exports were named by content (``{name}-{12 hex digits}-{fp32|int8}.onnx``), and,
+    once it is written from its weights, the export an earlier memproxy traced of this same
+    model (an earlier memproxy sharing the folder makes it again). Other models' and other
+    copies' exports are left alone."""
+    old = re.compile(rf"{re.escape(source.name)}-[0-9a-f]{{12}}-(?:fp32|int8)\.onnx")
+    traced = (
+        {f"{source.name}-{_content_key(source, TRACER)}-{v}.onnx" for v in ("fp32", "int8")}
+        if exporter_of(source) == EXPORTER
+        else set()
+    )
     for path in folder.iterdir():
-        if old.fullmatch(path.name) or (
-            named.fullmatch(path.name) and _exporter(path) not in (EXPORTER, None)
-        ):
+        if old.fullmatch(path.name) or path.name in traced:
             with contextlib.suppress(OSError):
                 discard(path)
                 logger.info("removed an export of an earlier memproxy: %s", path)
-
-
-def _exporter(path: Path) -> str | None:
-    """The exporter the manifest of `path` names (None when it names none or cannot be
-    read)."""
-    try:
-        exporter = json.loads(path.with_suffix(".json").read_text()).get("exporter")
-        return exporter if isinstance(exporter, str) else None
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def _export(source: Path, target: Path, *, quantize: bool) -> None:

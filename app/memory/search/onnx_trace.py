@@ -17,10 +17,10 @@ import numpy as np
 
 from app.memory.search.onnx_cache import CannotExport
 from app.memory.search.onnx_model import (
-    EXPORTER,
     MAX_TOKENS,
     PROBES,
     TOLERANCE,
+    TRACER,
     module_kinds,
     run,
     tokenizer_for,
@@ -72,7 +72,7 @@ def trace(source: Path, output: Path) -> dict[str, Any]:
             opset_version=17, dynamo=False,
         )  # fmt: skip
     manifest: dict[str, Any] = {
-        "exporter": EXPORTER,
+        "exporter": TRACER,
         "modules": kinds,
         "max_tokens": int(model.max_seq_length or MAX_TOKENS),
         "dim": 0,

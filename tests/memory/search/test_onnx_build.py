@@ -16,7 +16,14 @@ import pytest
 
 from app.memory.search import onnx_build
 from app.memory.search.embedder import Embedder, bundled_model_path
-from app.memory.search.onnx_model import PROBES, prepare
+from app.memory.search.onnx_model import (
+    EXPORTER,
+    PROBES,
+    TRACER,
+    _content_key,
+    exporter_of,
+    prepare,
+)
 
 TEXTS = [
     *PROBES,
@@ -29,6 +36,7 @@ TEXTS = [
     "x" * 3000,
     "Je préfère le thé au café ☕, sauf le lundi.",
 ]
+VARIANTS = ("fp32", "int8")
 WITHOUT_TORCH = """
 import sys
 for name in ("torch", "transformers", "sentence_transformers"):
@@ -146,18 +154,82 @@ def test_only_what_the_builder_writes_is_supported(
     assert onnx_build.supports(model) is supported
 
 
-def test_exports_of_an_earlier_exporter_are_removed(tmp_path: Path) -> None:
-    """An export made by the torch tracer of an earlier memproxy (another exporter in its
-    manifest) goes when this one is made; another model's export stays."""
+def test_the_traced_export_of_the_same_model_is_removed_and_nothing_else(tmp_path: Path) -> None:
+    """Written from its weights now, the bundled model's export traced by an earlier memproxy
+    (its name: the same model's key under the tracer's salt) goes; another copy's export, a
+    file without a manifest and another model's traced export stay."""
     source = Path(bundled_model_path())
-    old = tmp_path / f"{source.name}-0123456789abcdef-fp32.onnx"
-    other = tmp_path / "other-model-0123456789abcdef-fp32.onnx"
-    for path in (old, other):
+    traced = [tmp_path / f"{source.name}-{_content_key(source, TRACER)}-{v}.onnx" for v in VARIANTS]
+    kept = [
+        tmp_path / f"{source.name}-0123456789abcdef-fp32.onnx",
+        tmp_path / f"other-model-{_content_key(source, TRACER)}-fp32.onnx",
+    ]
+    for path in traced + kept:
         path.write_bytes(b"graph")
-        path.with_suffix(".json").write_text(json.dumps({"exporter": "memproxy-onnx-2"}))
+        path.with_suffix(".json").write_text(json.dumps({"exporter": TRACER}))
     files = prepare(str(source), str(tmp_path), quantize=False)
-    assert not old.exists() and not old.with_suffix(".json").exists()
-    assert other.exists() and files.onnx.exists()
+    assert not any(p.exists() or p.with_suffix(".json").exists() for p in traced)
+    assert all(p.exists() for p in kept) and files.onnx.exists()
+
+
+def test_a_traced_model_keeps_the_name_an_earlier_memproxy_gave_its_export(tmp_path: Path) -> None:
+    """A model only torch exports is still salted as before: its export is found after an
+    upgrade (a torch-free install could not make it again)."""
+    model = _copy(tmp_path, "max-model", {"pooling_mode_max_tokens": True})
+    assert exporter_of(model) == TRACER == "memproxy-onnx-2"
+    assert exporter_of(Path(bundled_model_path())) == EXPORTER != TRACER
+
+
+def _edge_model(tmp_path: Path, edge: str) -> Path:
+    from safetensors.numpy import save_file
+
+    model = tmp_path / edge
+    shutil.copytree(bundled_model_path(), model)
+    if edge == "plain":  # a transformer folder, no sentence-transformers files
+        for name in ("modules.json", "sentence_bert_config.json", "1_Pooling", "2_Normalize"):
+            path = model / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    elif edge == "eps":
+        config = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-3}))
+    else:  # a Dense layer (tanh) before Normalize, with or without its bias
+        modules = json.loads((model / "modules.json").read_text())
+        modules.insert(2, {"path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+        for i, module in enumerate(modules):
+            module.update(idx=i, name=str(i))
+        (model / "modules.json").write_text(json.dumps(modules))
+        (model / "2_Dense").mkdir()
+        bias = edge == "dense"
+        (model / "2_Dense" / "config.json").write_text(json.dumps({
+            "in_features": 384, "out_features": 128, "bias": bias,
+            "activation_function": "torch.nn.modules.activation.Tanh",
+        }))  # fmt: skip
+        rng = np.random.default_rng(0)
+        weights = {"linear.weight": (rng.standard_normal((128, 384)) * 0.05).astype(np.float32)}
+        if bias:
+            weights["linear.bias"] = rng.standard_normal(128).astype(np.float32)
+        save_file(weights, str(model / "2_Dense" / "model.safetensors"))
+    return model
+
+
+@pytest.mark.parametrize("edge", ["plain", "eps", "dense", "dense-without-bias"])
+def test_edge_models_are_written_with_sentence_transformers_vectors(
+    tmp_path: Path, edge: str
+) -> None:
+    """A plain transformer folder (mean pooling, the tokenizer's 512-token limit), another
+    LayerNorm epsilon, a Dense layer with and without bias: each batch size, the same vectors."""
+    model = _edge_model(tmp_path, edge)
+    assert onnx_build.supports(model)
+    files = prepare(str(model), str(tmp_path / "exports"), quantize=False)
+    reference = _reference(model, TEXTS[:6])
+    reference /= np.linalg.norm(reference, axis=1, keepdims=True)  # the embedder's are unit
+    limit = json.loads(files.manifest.read_text())["max_tokens"]
+    if edge == "plain":
+        assert limit == 512
+    embedder = Embedder(files)
+    for texts, want in ((TEXTS[:6], reference), (TEXTS[:1], reference[:1])):
+        assert float(np.abs(embedder.encode(texts) - want).max()) < 1e-5
+    embedder.close()
 
 
 @pytest.mark.parametrize("missing", ["the model package", "torch, for a model only it exports"])
