@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from app.memory.store.tables import MemoryType
+from app.memory.store.tables import FactType, MemoryType
 from tests.helpers import assert_openai_error
 from tests.servers import Stack, serve_stack
 
@@ -94,7 +94,10 @@ async def test_six_tools_each_described_with_schemas(keyed: Stack) -> None:
         assert tool.input_schema["type"] == "object"
         assert tool.output_schema is not None, tool.name
     remember = tools["remember"].input_schema["properties"]
-    assert remember["type"]["enum"] == [t.value for t in MemoryType]  # inline, in step with memory
+    assert remember["type"]["enum"] == [t.value for t in FactType]  # inline, in step with memory
+    assert (remember["profile"]["type"], remember["profile"]["default"]) == ("boolean", False)
+    kinds = tools["list_memories"].input_schema["properties"]["type"]["anyOf"][0]["enum"]
+    assert kinds == [t.value for t in MemoryType]  # episodes may be listed, never remembered
     assert tools["recall"].input_schema["properties"]["limit"]["maximum"] == 100
     assert tools["forget"].input_schema["required"] == ["id"]
 
@@ -144,6 +147,26 @@ async def test_recall_list_update_forget_and_stats(keyed: Stack) -> None:
     assert stats["jobs"] == {"awaiting": 0, "queued": 0, "running": 0, "failed": 0, "pending": 0}
 
 
+async def test_profile_facts_and_episodes_with_the_time_they_were_said(keyed: Stack) -> None:
+    fay = key("open") | {"X-User-Id": "fay"}
+    said = {"content": "I'm vegetarian, no meat", "type": "episode",
+            "observed_at": "2024-05-01T09:30:00+02:00"}  # fmt: skip
+    episode = (await http(keyed, "POST", "/v1/memories", fay, said)).json()
+    async with connect(keyed, **fay) as client:
+        fact = await call(client, "remember", content="The user is vegetarian", profile=True)
+        assert (fact["profile"], fact["already_existed"]) == (True, False)
+        assert fact["observed_at"] == fact["created_at"]  # said now
+        (listed,) = (await call(client, "list_memories", type="episode"))["memories"]
+        assert (listed["id"], listed["observed_at"]) == (episode["id"], "2024-05-01T07:30:00Z")
+        assert listed["profile"] is False
+        (hit,) = (await call(client, "recall", query="vegetarian", types=["episode"]))["memories"]
+        assert (hit["id"], hit["observed_at"]) == (episode["id"], "2024-05-01T07:30:00Z")
+        stats = await call(client, "memory_stats")
+    assert (stats["profile"], stats["by_type"]) == (1, {"episode": 1, "fact": 1})
+    stored = (await http(keyed, "GET", f"/v1/memories/{fact['id']}", fay)).json()
+    assert stored["profile"] is True
+
+
 async def test_one_user_cannot_reach_another_s_memories(keyed: Stack) -> None:
     async with connect(keyed, **key("di")) as di:
         secret = await call(di, "remember", content="The user's PIN is 4711")
@@ -163,6 +186,7 @@ async def test_one_user_cannot_reach_another_s_memories(keyed: Stack) -> None:
     ("tool", "arguments", "says"),
     [
         ("remember", {"content": "The user hikes", "type": "opinion"}, "'fact', 'preference'"),
+        ("remember", {"content": "The user hikes", "type": "episode"}, "'fact', 'preference'"),
         ("remember", {"content": "   "}, "content must not be empty"),
         ("remember", {"content": "x" * (MAX_CHARS + 1)}, "MEMPROXY_MEMORY_MAX_CHARS"),
         ("update_memory", {"id": "no-such-id", "content": "x"}, "no memory with id 'no-such-id'"),

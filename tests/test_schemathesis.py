@@ -29,7 +29,7 @@ from schemathesis import GenerationMode
 
 from app.config import Settings
 from app.main import create_app
-from app.schemas.memories import MemoryImport
+from app.schemas.memory_lines import MemoryImport
 from app.schemas.openai import ChatCompletionRequest
 from tests.fakes import FakeEmbedder
 from tests.helpers import UPSTREAM, completion_json

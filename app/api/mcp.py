@@ -43,7 +43,10 @@ from app.schemas.memories import MemoryCreate, MemorySearch, check_length
 
 MCP_PATH = "/mcp"
 TypeName = Literal["fact", "preference", "knowledge", "event", "correction", "feedback"]
-"""The values of :class:`MemoryType`, spelt out so that the tools' schemas list them inline."""
+"""The values of :class:`FactType` (what `remember` writes), spelt out so that the tools' schemas
+list them inline."""
+KindName = Literal["fact", "preference", "knowledge", "event", "correction", "feedback", "episode"]
+"""The values of :class:`MemoryType` (what `recall` and `list_memories` filter by)."""
 Limit = Annotated[int, Field(ge=1, le=100, description="How many memories at most (1-100).")]
 Statement = Annotated[
     str, Field(description="One self-contained statement, e.g. 'The user's daughter is Mia'.")
@@ -68,14 +71,21 @@ async def remember(
     content: Statement,
     type: Annotated[TypeName, Field(description="What kind of memory it is.")] = "fact",
     pinned: Annotated[bool, Field(description="True: never forgotten automatically.")] = False,
+    profile: Annotated[
+        bool,
+        Field(
+            description="True: a standing fact about who the user is (household, health, "
+            "diet, lasting preferences, how they want answers), shown in every chat."
+        ),
+    ] = False,
 ) -> Annotated[CallToolResult, Remembered]:
     """Store one statement about the user, kept for future conversations. Use it when the user
     asks you to remember something, or tells you a lasting fact or preference about themselves.
-    Returns the memory (id, content, type, pinned); already_existed is true when the user had
-    this very statement already, and nothing new was stored."""
+    Returns the memory (id, content, type, pinned, profile, observed_at); already_existed is
+    true when the user had this very statement already, and nothing new was stored."""
     caller = _caller(ctx)
     text = _text(caller, content)
-    new = NewMemory(content=text, type=MemoryType(type), pinned=pinned)
+    new = NewMemory(content=text, type=MemoryType(type), pinned=pinned, profile=profile)
     # Looked for and stored in one write holding the user's lock: once, however many at once.
     written = await caller.services.memory.add(caller.user_id, [new], once=True)
     (record,), (created,) = written.records, written.created
@@ -86,11 +96,12 @@ async def recall(
     ctx: Context,
     query: Annotated[str, Field(description="What to look for, in a few words or a question.")],
     limit: Limit = 5,
-    types: Annotated[list[TypeName] | None, Field(description="Only these types.")] = None,
+    types: Annotated[list[KindName] | None, Field(description="Only these types.")] = None,
 ) -> Annotated[CallToolResult, Recalled]:
     """Search the user's memories by meaning, as chat recall does. Use it before answering
     what depends on the user, or to find the id of a memory to update or forget. Returns the
-    relevant memories (id, content, type, score, created_at), best first; none may be."""
+    relevant memories (id, content, type, profile, observed_at, score), best first; none may
+    be."""
     caller = _caller(ctx)
     text = _text(caller, query, "query")
     found = await caller.services.memory.search(
@@ -106,12 +117,12 @@ async def recall(
 
 async def list_memories(
     ctx: Context,
-    type: Annotated[TypeName | None, Field(description="Only memories of this type.")] = None,
+    type: Annotated[KindName | None, Field(description="Only memories of this type.")] = None,
     limit: Limit = 20,
 ) -> Annotated[CallToolResult, Page]:
     """List the user's memories, newest first, all or of one type: to review what you know
     about the user (recall searches by topic). Returns the memories (id, content, type, pinned,
-    created_at) and total, how many there are in all."""
+    profile, observed_at) and total, how many there are in all."""
     caller = _caller(ctx)
     types = [MemoryType(type)] if type is not None else []
     records, total = await caller.services.memory.page(caller.user_id, types=types, limit=limit)
@@ -142,7 +153,7 @@ async def forget(ctx: Context, id: Id) -> Annotated[CallToolResult, Item]:
 
 
 async def memory_stats(ctx: Context) -> Annotated[CallToolResult, Stats]:
-    """How much is remembered about the user: memories in all, by type, pinned, times
+    """How much is remembered about the user: memories in all, by type, pinned, profile, times
     recalled, the oldest and newest; and the learning from chats still to do (jobs: awaiting,
     queued, running, pending = those three, failed)."""
     caller = _caller(ctx)

@@ -30,9 +30,8 @@ from app.schemas.memories import (
     MemoryUpdate,
     SearchResults,
     check_length,
-    export_line,
-    read_import,
 )
+from app.schemas.memory_lines import export_line, read_import
 from app.schemas.openai import ErrorResponse
 from app.schemas.users import (
     JobList,
@@ -73,9 +72,12 @@ async def list_memories(
     offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
     type: Annotated[list[MemoryType] | None, Query(description="Only these types.")] = None,
     q: Annotated[str | None, Query(max_length=1000, description="Content contains.")] = None,
+    profile: Annotated[
+        bool | None, Query(description="true: only profile facts; false: only the others.")
+    ] = None,
 ) -> MemoryList:
     records, total = await caller.memory.page(
-        caller.user_id, types=type or (), contains=q, limit=limit, offset=offset
+        caller.user_id, types=type or (), contains=q, profile=profile, limit=limit, offset=offset
     )
     data = [MemoryPublic.of(r) for r in records]
     return MemoryList(
@@ -265,8 +267,9 @@ async def no_such_memory_route(rest: str) -> None:
 
 def _new(body: MemoryCreate) -> NewMemory:
     return NewMemory(
-        content=body.content, type=body.type, metadata=body.metadata, pinned=body.pinned
-    )
+        content=body.content, type=body.type, metadata=body.metadata, pinned=body.pinned,
+        profile=body.profile, observed_at=body.observed_at,
+    )  # fmt: skip
 
 
 def _check_length(caller: MemoryCaller, content: str, param: str) -> None:

@@ -1,14 +1,18 @@
 """``memproxy memories ...``, ``users list``, ``jobs`` and ``index rebuild``: the memory API for
 operators, straight on the database (same service, same validation, same limits as the HTTP API).
 
-    memproxy memories list    --user U [--type T] [--contains TEXT] [--limit N]
+    memproxy memories list    --user U [--type T] [--contains TEXT] [--profile|--no-profile]
+                              [--limit N]
     memproxy memories get     --user U ID                 (every field, the content in full)
     memproxy memories stats   --user U                    (counts by type, pinned, recalls...)
     memproxy memories history --user U ID                 (every write to it, oldest first)
-    memproxy memories add     --user U "content" | --file FILE [--type T] [--pinned]
-                              [--metadata JSON]           (FILE: one memory per non-blank line)
+    memproxy memories add     --user U "content" | --file FILE [--type T] [--pinned] [--profile]
+                              [--observed-at ISO] [--metadata JSON]
+                                                          (FILE: one memory per non-blank line)
     memproxy memories edit    --user U ID [--content TEXT] [--type T] [--metadata JSON]
+                              [--observed-at ISO]
     memproxy memories pin     --user U ID [ID ...]        (and unpin)
+    memproxy memories profile --user U ID [ID ...]        (and unprofile: a standing fact)
     memproxy memories search  --user U "query" [--limit N] [--min-score S]
     memproxy memories delete  --user U ID [ID ...] | --all --yes
     memproxy memories move    --from A --to B             (every memory, with its history)

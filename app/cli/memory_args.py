@@ -13,6 +13,8 @@ from typing import Any
 from app.memory.store.tables import MemoryType
 
 TYPES = [t.value for t in MemoryType]
+PROFILE = "a standing fact about the person, shown in every chat"
+OBSERVED = "when it was said: ISO 8601 with a time zone, e.g. 2024-05-01T09:30:00+02:00"
 
 
 def add_parsers(commands: Any, database: argparse.ArgumentParser) -> None:
@@ -27,8 +29,8 @@ def add_parsers(commands: Any, database: argparse.ArgumentParser) -> None:
     user.add_argument("--user", required=True, help="the user whose memories to act on")
     memories = commands.add_parser(
         "memories",
-        help="list, get, stats, history, add, edit, pin, unpin, search, delete, move, export, "
-        "import",
+        help="list, get, stats, history, add, edit, pin, unpin, profile, unprofile, search, "
+        "delete, move, export, import",
     )
     actions = memories.add_subparsers(dest="action", required=True)
     _reading(actions, user)
@@ -47,6 +49,11 @@ def _reading(actions: Any, user: argparse.ArgumentParser) -> None:
     listing = _command(actions, "list", user, "the user's memories, newest first")
     listing.add_argument("--type", action="append", choices=TYPES)
     listing.add_argument("--contains")
+    shown = listing.add_mutually_exclusive_group()
+    shown.add_argument("--profile", action="store_const", const=True, help="only profile facts")
+    shown.add_argument(
+        "--no-profile", dest="profile", action="store_const", const=False, help="no profile facts"
+    )
     listing.add_argument("--limit", type=int, default=100)
     get = _command(actions, "get", user, "one memory, every field and its full content")
     get.add_argument("id")
@@ -68,13 +75,18 @@ def _writing(actions: Any, user: argparse.ArgumentParser, machine: argparse.Argu
     given.add_argument("--file", help="a UTF-8 text file: each non-blank line is one memory")
     add.add_argument("--type", default="fact", choices=TYPES)
     add.add_argument("--pinned", action="store_true")
+    add.add_argument("--profile", action="store_true", help=PROFILE)
+    add.add_argument("--observed-at", help=OBSERVED + " (default: now)")
     add.add_argument("--metadata", default="{}", help="a JSON object")
     edit = _command(actions, "edit", user, "change a memory (new content is embedded again)")
     edit.add_argument("id")
     edit.add_argument("--content")
     edit.add_argument("--type", choices=TYPES)
     edit.add_argument("--metadata", help="a JSON object (replaces the old one)")
-    pins = [("pin", "pin memories: never forgotten automatically"), ("unpin", "unpin memories")]
+    edit.add_argument("--observed-at", help=OBSERVED)
+    pins = [("pin", "pin memories: never forgotten automatically"), ("unpin", "unpin memories"),
+            ("profile", "mark memories as profile facts: " + PROFILE),
+            ("unprofile", "take the profile mark off memories")]  # fmt: skip
     for name, about in pins:
         _command(actions, name, user, about).add_argument("ids", nargs="+", metavar="id")
     delete = _command(actions, "delete", user, "delete memories (their history stays)")

@@ -24,14 +24,15 @@ from app.cli.show import (
 )
 from app.memory.store.events import Event
 from app.memory.store.tables import MemoryType
-from app.schemas.memories import MemoryEventPublic, MemoryPublic, export_line
+from app.schemas.memories import MemoryEventPublic, MemoryPublic
+from app.schemas.memory_lines import export_line
 
 
 async def _list(c: Command) -> int:
     args = c.args
     types = [MemoryType(t) for t in args.type or ()]
     records, total = await c.memory.page(
-        args.user, types=types, contains=args.contains, limit=args.limit
+        args.user, types=types, contains=args.contains, profile=args.profile, limit=args.limit
     )
     if c.json:
         write_memories(records)
@@ -59,7 +60,8 @@ async def _stats(c: Command) -> int:
     by_type = ", ".join(f"{t} {n}" for t, n in sorted(stats["by_type"].items()))
     show_fields([
         ("user", c.args.user), ("memories", str(stats["total"])), ("by type", by_type or "-"),
-        ("pinned", str(stats["pinned"])), ("recalled", plural(stats["recall_count"], "time")),
+        ("pinned", str(stats["pinned"])), ("profile", str(stats["profile"])),
+        ("recalled", plural(stats["recall_count"], "time")),
         ("oldest", stamp(stats["oldest"])), ("newest", stamp(stats["newest"])),
         ("version", str(stats["version"])),
     ])  # fmt: skip

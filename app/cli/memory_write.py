@@ -1,5 +1,6 @@
-"""The memory commands that write: ``memories add|edit|pin|unpin|delete|move|import`` (see
-app/cli/memory.py), with the memory API's validation and limits (app/schemas/memories.py).
+"""The memory commands that write: ``memories add|edit|pin|unpin|profile|unprofile|delete|move|
+import`` (see app/cli/memory.py), with the memory API's validation and limits
+(app/schemas/memories.py).
 
 ``add --file`` and ``import`` write in batches of :data:`BATCH` memories, one transaction and one
 step of the progress bar each: a failure part way (an id another user has) leaves the batches
@@ -16,9 +17,10 @@ import orjson
 from pydantic import ValidationError
 
 from app.cli.show import Command, describe, plural, progress, show_memory, write_memories
-from app.memory.store.records import MemoryRecord, NewMemory
+from app.memory.store.records import Changes, MemoryRecord, NewMemory
 from app.memory.store.tables import MemorySource
-from app.schemas.memories import MemoryCreate, MemoryUpdate, check_length, read_import
+from app.schemas.memories import MemoryCreate, MemoryUpdate, check_length
+from app.schemas.memory_lines import read_import
 
 CLI = MemorySource.CLI
 """Who the memories and their history say wrote: the CLI, not the API."""
@@ -54,12 +56,14 @@ def _new_memories(c: Command) -> list[NewMemory]:
         where = f"line {number}: " if number else ""
         try:
             body = MemoryCreate(content=text, type=args.type, pinned=args.pinned,
+                                profile=args.profile, observed_at=args.observed_at,
                                 metadata=metadata)  # fmt: skip
         except ValidationError as exc:
             raise ValueError(where + describe(exc)) from None
         param = f"line {number}.content" if number else "content"
         check_length(body.content, c.settings.memory_max_chars, param)
-        items.append(NewMemory(body.content, body.type, body.metadata, body.pinned, CLI))
+        items.append(NewMemory(body.content, body.type, body.metadata, body.pinned, CLI,
+                               profile=body.profile, observed_at=body.observed_at))  # fmt: skip
     return items
 
 
@@ -123,12 +127,13 @@ async def _import(c: Command) -> int:
 
 async def _edit(c: Command) -> int:
     args = c.args
-    given: dict[str, Any] = {"content": args.content, "type": args.type}
+    given: dict[str, Any] = {"content": args.content, "type": args.type,
+                             "observed_at": args.observed_at}  # fmt: skip
     if args.metadata is not None:
         given["metadata"] = _metadata(args.metadata)
     changes = MemoryUpdate(**given).model_dump(exclude_none=True)
     if not changes:
-        raise ValueError("nothing to change: give --content, --type or --metadata")
+        raise ValueError("nothing to change: give --content, --type, --metadata or --observed-at")
     if "content" in changes:
         check_length(changes["content"], c.settings.memory_max_chars, "content")
     record = await c.memory.update(args.user, args.id, actor=CLI, **changes)
@@ -138,22 +143,33 @@ async def _edit(c: Command) -> int:
     return 0
 
 
+_MARKS = {
+    "pin": ("pinned", True, "pinned", ""),
+    "unpin": ("pinned", False, "unpinned", ""),
+    "profile": ("profile", True, "marked", " as profile facts"),
+    "unprofile": ("profile", False, "unmarked", " as profile facts"),
+}
+"""What each marking command sets and to what, the key of its result, and what its note adds."""
+
+
 async def _pin(c: Command) -> int:
-    """``pin`` or ``unpin`` (by the handler's name): only memories not so already are written
-    (no embedding: the content does not change). Exit 1 when an id is not the user's."""
-    pinned = c.args.handler == "pin"
-    verb = "pinned" if pinned else "unpinned"
+    """``pin``, ``unpin``, ``profile`` or ``unprofile`` (by the handler's name): only memories
+    not so already are written (no embedding: the content does not change). Exit 1 when an id
+    is not the user's."""
+    field, value, key, what = _MARKS[c.args.handler]
+    change: Changes = {"pinned": value} if field == "pinned" else {"profile": value}
     missing = []
     for memory_id in c.args.ids:
         record = await c.memory.get(c.args.user, memory_id)
         if record is None:
             missing.append(memory_id)
-        elif record.pinned != pinned:
-            await c.memory.update(c.args.user, memory_id, actor=CLI, pinned=pinned)
+        elif getattr(record, field) != value:
+            await c.memory.update(c.args.user, memory_id, actor=CLI, **change)
     done = len(c.args.ids) - len(missing)
     unknown = f"; no memory {', '.join(missing)} of {c.args.user}" if missing else ""
-    result = {verb: done, "not_found": missing}
-    return c.finish(result, f"{verb} {done} of {len(c.args.ids)}{unknown}", ok=not missing)
+    result = {key: done, "not_found": missing}
+    note = f"{key} {done} of {len(c.args.ids)}{what}{unknown}"
+    return c.finish(result, note, ok=not missing)
 
 
 async def _delete(c: Command) -> int:
@@ -193,6 +209,8 @@ HANDLERS: dict[str, Callable[[Command], Awaitable[int]]] = {
     "edit": _edit,
     "pin": _pin,
     "unpin": _pin,
+    "profile": _pin,
+    "unprofile": _pin,
     "delete": _delete,
     "move": _move,
 }

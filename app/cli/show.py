@@ -40,7 +40,7 @@ from app.errors import MemproxyError
 from app.memory.service import MemoryService
 from app.memory.store.claims import IdTaken
 from app.memory.store.records import MemoryRecord
-from app.schemas.memories import export_line
+from app.schemas.memory_lines import export_line
 
 ID_HEADERS = frozenset({"id", "job", "user", "event"})
 """Table columns that show ids (an event shows its job's): never wrapped."""
@@ -118,7 +118,9 @@ def show_memory(record: MemoryRecord, *, as_json: bool) -> None:
     recalled = "never" if record.last_recalled_at is None else stamp(record.last_recalled_at)
     show_fields([
         ("id", record.id), ("user", record.user_id), ("type", record.type),
-        ("pinned", "yes" if record.pinned else "no"), ("source", record.source),
+        ("pinned", "yes" if record.pinned else "no"),
+        ("profile", "yes" if record.profile else "no"), ("source", record.source),
+        ("observed", stamp(record.observed_at)),
         ("created", stamp(record.created_at)), ("updated", stamp(record.updated_at)),
         ("recalled", f"{plural(record.recall_count, 'time')}, last {recalled}"),
         ("metadata", orjson.dumps(record.metadata).decode()), ("content", record.content),
@@ -138,10 +140,11 @@ def new_table(title: str, *headers: str) -> Table:
 
 
 def memory_cell(record: MemoryRecord) -> Text:
-    """A memory in a table: its type, date and pin, dimmed, over its content."""
-    about = " · ".join([record.type, record.created_at.date().isoformat()] + (
-        ["pinned"] if record.pinned else []
-    ))  # fmt: skip
+    """A memory in a table: its type, the day it was said, pin and profile marks, dimmed, over
+    its content."""
+    about = " · ".join([record.type, record.observed_at.date().isoformat()] + (
+        ["pinned"] if record.pinned else []) + (["profile"] if record.profile else [])
+    )  # fmt: skip
     return Text.assemble((about, "dim"), "\n", record.content)
 
 

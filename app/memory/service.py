@@ -93,8 +93,8 @@ class MemoryService:
         actor: MemorySource = MemorySource.API,
         **changes: Unpack[Changes],
     ) -> MemoryRecord | None:
-        """Change content, type, metadata or pinned; new content is embedded again. `actor`:
-        who the history says did it."""
+        """Change content, type, metadata, pinned, profile or observed_at; new content is
+        embedded again. `actor`: who the history says did it."""
         model = vector_model(self.embedder)
         if "content" in changes:
             (embedded,) = await embed_for_store(self.embedder, [changes["content"]])
@@ -141,11 +141,12 @@ class MemoryService:
         *,
         types: Sequence[MemoryType] = (),
         contains: str | None = None,
+        profile: bool | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> tuple[list[MemoryRecord], int]:
         return await self.store.page(
-            user_id, types=types, contains=contains, limit=limit, offset=offset
+            user_id, types=types, contains=contains, profile=profile, limit=limit, offset=offset
         )
 
     async def users(self, *, limit: int, offset: int) -> tuple[list[UserSummary], int]:

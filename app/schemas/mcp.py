@@ -11,6 +11,8 @@ class _Memory(BaseModel):
     id: str
     content: str
     type: str
+    profile: bool = Field(description="A standing fact about the user, shown in every chat.")
+    observed_at: datetime = Field(description="When the user said it.")
     created_at: datetime
 
 
@@ -39,6 +41,7 @@ class Stats(BaseModel):
     total: int
     by_type: dict[str, int]
     pinned: int
+    profile: int
     recall_count: int
     oldest: datetime | None
     newest: datetime | None

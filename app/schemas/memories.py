@@ -1,10 +1,13 @@
-"""The memory API's wire format: Create / Update / Public triplets, search, listing and import.
+"""The memory API's wire format: Create / Update / Public triplets, search and listing (an
+export's lines, and reading them back: :mod:`app.schemas.memory_lines`).
 
 Unknown fields are refused (``extra="forbid"``): this API is memproxy's own, and a misspelt
 ``pinned`` silently ignored would be worse than a 422 naming it. Content length is checked
 against ``MEMPROXY_MEMORY_MAX_CHARS`` by the router (a setting, not a constant). Content and
 metadata must be storable (:mod:`app.schemas.checks`): valid Unicode, integers within 64 bits,
 metadata nested at most 32 levels and at most 16 KiB as JSON; else a 422 naming the place.
+A memory's `observed_at` (when what it says was said) names its time zone and lies between 1970
+and a day from now; `profile` is a JSON boolean (``"yes"`` or ``1`` is refused).
 """
 
 from __future__ import annotations
@@ -13,22 +16,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from app.errors import InvalidRequest, ValidationFailed
-from app.memory.store.records import MemoryRecord, NewMemory, in_utc
-from app.memory.store.tables import MemorySource, MemoryType
-from app.schemas.checks import json_problem, lone_surrogate, lone_surrogate_in, shown
+from app.errors import ValidationFailed
+from app.memory.store.records import MemoryRecord, in_utc
+from app.memory.store.tables import MemoryType
+from app.schemas.checks import json_problem, lone_surrogate
 
 MAX_BATCH = 1000
-MAX_IMPORT_LINES = 10 * MAX_BATCH
 MAX_METADATA_BYTES = 16_384
 MAX_METADATA_DEPTH = 32
 """Deepest nesting of `metadata` (the object itself is level 1)."""
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,36}$"
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 FUTURE_SLACK = timedelta(days=1)
-"""An imported memory may be dated at most this far ahead of now (clocks differ; no more)."""
+"""A memory may be dated at most this far ahead of now (clocks differ; no more)."""
 
 
 class _Strict(BaseModel):
@@ -54,6 +56,35 @@ def _metadata(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def instant(value: datetime | None, name: str) -> datetime | None:
+    """`value` as the same instant in UTC (:func:`~app.memory.store.records.in_utc`, as the
+    store writes it), between 1970 and a day from now; a ValueError naming the field (`name`)
+    and the range otherwise."""
+    if value is None:
+        return None
+    try:
+        when = in_utc(value)
+    except OverflowError:  # 9999-12-31T23:59:59-14:00 is in the year 10000 in UTC
+        when = None
+    latest = datetime.now(UTC) + FUTURE_SLACK
+    if when is None or not EARLIEST <= when <= latest:
+        raise ValueError(
+            f"{name} must be between {EARLIEST:%Y-%m-%d} and a day from now "
+            f"({latest:%Y-%m-%dT%H:%MZ})"
+        )
+    return when
+
+
+def _observed(value: datetime | None) -> datetime | None:
+    return instant(value, "observed_at")
+
+
+Observed = Annotated[
+    AwareDatetime,
+    Field(description="When what the memory says was said: ISO 8601 with its time zone."),
+]
+
+
 class MemoryCreate(_Strict):
     content: str
     """What to remember, one self-contained statement (surrounding whitespace is trimmed)."""
@@ -62,9 +93,15 @@ class MemoryCreate(_Strict):
     """Free-form JSON object, kept as given."""
     pinned: bool = False
     """Pinned memories are never forgotten or deleted automatically."""
+    profile: StrictBool = False
+    """A standing fact about the person (who they are, household, health and diet, lasting
+    preferences, how they want answers): shown in every chat."""
+    observed_at: Observed | None = None
+    """When what it says was said (by default: now); kept in UTC."""
 
     _check_content = field_validator("content")(_content)
     _check_metadata = field_validator("metadata")(_metadata)
+    _check_observed_at = field_validator("observed_at")(_observed)
 
 
 class MemoryBatchCreate(_Strict):
@@ -78,6 +115,10 @@ class MemoryUpdate(_Strict):
     type: MemoryType | None = None
     metadata: dict[str, Any] | None = None
     pinned: bool | None = None
+    profile: StrictBool | None = None
+    observed_at: Observed | None = None
+
+    _check_observed_at = field_validator("observed_at")(_observed)
 
     @field_validator("content")
     @classmethod
@@ -90,54 +131,6 @@ class MemoryUpdate(_Strict):
         return _metadata(value) if value is not None else None
 
 
-def imported_date(value: datetime | None) -> datetime | None:
-    """`value` as the same instant in UTC (:func:`~app.memory.store.records.in_utc`, as the
-    store writes it), between 1970 and a day from now; a ValueError naming the range otherwise."""
-    if value is None:
-        return None
-    try:
-        instant = in_utc(value)
-    except OverflowError:  # 9999-12-31T23:59:59-14:00 is in the year 10000 in UTC
-        instant = None
-    latest = datetime.now(UTC) + FUTURE_SLACK
-    if instant is None or not EARLIEST <= instant <= latest:
-        raise ValueError(
-            f"created_at must be between {EARLIEST:%Y-%m-%d} and a day from now "
-            f"({latest:%Y-%m-%dT%H:%MZ})"
-        )
-    return instant
-
-
-class MemoryImport(MemoryCreate):
-    """One line of an export, read back. Importing the same id twice keeps the first; a line
-    without an id is a new memory (so is every line of an import with new ids). `created_at`
-    is kept as the instant it names, in UTC (:func:`imported_date`)."""
-
-    id: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
-    created_at: datetime | None = None
-    source: str | None = None
-    """Kept when the import keeps ids and it is one memproxy writes (``manager``, ``api``,
-    ``cli``, ``import``); the source `import` otherwise. The history says `import` wrote it."""
-    object: Literal["memory"] | None = None
-    user_id: str | None = None
-    """Ignored: memories are imported for the user the request acts for."""
-    updated_at: datetime | None = None
-    recall_count: Annotated[int, Field(ge=0)] | None = None
-    """Kept, with `last_recalled_at`, when the import keeps ids; 0 (never) with new ids. Shown
-    only: recall ranks by neither, so a forged count boosts nothing."""
-    last_recalled_at: datetime | None = None
-
-    _check_created_at = field_validator("created_at")(imported_date)
-
-    @field_validator("last_recalled_at")
-    @classmethod
-    def _check_last_recalled_at(cls, value: datetime | None) -> datetime | None:
-        try:
-            return imported_date(value)
-        except ValueError as exc:
-            raise ValueError(str(exc).replace("created_at", "last_recalled_at")) from None
-
-
 class MemoryPublic(BaseModel):
     id: str
     object: Literal["memory"] = "memory"
@@ -147,8 +140,12 @@ class MemoryPublic(BaseModel):
     metadata: dict[str, Any]
     source: str
     pinned: bool
+    profile: bool
     created_at: datetime
+    """When memproxy wrote it."""
     updated_at: datetime
+    observed_at: datetime
+    """When what it says was said."""
     recall_count: int
     last_recalled_at: datetime | None
 
@@ -231,61 +228,3 @@ def check_length(content: str, limit: int, param: str) -> None:
             param=param,
             code="content_too_long",
         )
-
-
-def export_line(record: MemoryRecord) -> bytes:
-    """One memory as a line of an export (JSON Lines)."""
-    return orjson.dumps(MemoryPublic.of(record).model_dump(mode="json")) + b"\n"
-
-
-def _kept(item: MemoryImport) -> dict[str, Any]:
-    """What an import that keeps ids puts back of a line: its source (one memproxy writes),
-    its recall count and date."""
-    known = {source.value: source for source in MemorySource}
-    return {
-        "kept_source": known.get(item.source or ""),
-        "recall_count": item.recall_count or 0,
-        "last_recalled_at": item.last_recalled_at,
-    }
-
-
-def read_import(
-    raw: bytes, max_chars: int, *, new_ids: bool = False, max_lines: int | None = MAX_IMPORT_LINES
-) -> list[NewMemory]:
-    """An export's lines (JSON Lines, blank lines skipped) as memories to import; the first bad
-    line is a 422 naming it (``param`` = ``line N.field``). With `new_ids` every memory gets a
-    new id (its created event names the id it copies): to import another user's export. More
-    than `max_lines` memories (None: no limit) is a 400."""
-    items: list[NewMemory] = []
-    for number, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        if max_lines is not None and len(items) >= max_lines:
-            raise InvalidRequest(f"at most {max_lines} memories per import", code="too_many")
-        try:
-            item = MemoryImport.model_validate_json(line)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            found = lone_surrogate_in(line) if first["type"] == "json_invalid" else None
-            if found is not None:  # pydantic's "unexpected end of hex escape" names no field
-                where, why = found
-                raise ValidationFailed(
-                    f"line {number}: {where} {why}", param=f"line {number}.{where}"
-                ) from None
-            where = shown(".".join([f"line {number}", *(str(p) for p in first["loc"])]))
-            reason = first["msg"].removeprefix("Value error, ")
-            raise ValidationFailed(f"line {number}: {reason}", param=where) from None
-        check_length(item.content, max_chars, f"line {number}.content")
-        copied = new_ids and item.id is not None
-        items.append(
-            NewMemory(
-                content=item.content, type=item.type, metadata=item.metadata, pinned=item.pinned,
-                source=MemorySource.IMPORT, id=None if new_ids else item.id,
-                created_at=item.created_at,
-                detail=f"imported as a copy of memory {item.id}" if copied else None,
-                **({} if new_ids else _kept(item)),
-            )
-        )  # fmt: skip
-    if not items:
-        raise InvalidRequest("nothing to import: send JSON Lines, one memory each", code="empty")
-    return items

@@ -6,6 +6,8 @@ applies them, all of one job in one transaction (one version bump, every change 
 job's id):
 
 - NEW creates, and never touches an existing memory (an id that came with it is ignored).
+  What a job writes (created or updated) is observed when the job's turns were said
+  (`observed_at`: the job's ``created_at``).
 - UPDATE and DELETE must name a memory the Manager was shown; any other id (or none) fails and is
   logged. UPDATE of a shown memory updates it (or creates, when it was deleted since, or when
   the new text is unrelated to it: :data:`UNRELATED_BELOW`); DELETE deletes it. A pinned memory
@@ -28,6 +30,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,7 +40,7 @@ from app.memory.learning.grounding import Grounds
 from app.memory.learning.prompt import EXCHANGE
 from app.memory.search.parts import Embedded, decode, embed_for_store
 from app.memory.service import MemoryService
-from app.memory.store.records import now
+from app.memory.store.records import in_utc, now
 from app.memory.store.tables import Memory, MemorySource, MemoryType
 
 if TYPE_CHECKING:
@@ -83,11 +86,13 @@ class Applier:
         job_id: str,
         queue: JobQueue | None = None,
         grounds: Grounds | None = None,
+        observed_at: datetime | None = None,
     ) -> list[Applied]:
         """Apply a job's operations (`aliases`: the numbers shown -> memory ids). With `queue`,
         the job is deleted from it in the same transaction, and nothing is applied when it is
         already gone (applied by another process: :class:`JobGone`): exactly once. With
-        `grounds`, what is not the user's words is refused (the module docstring)."""
+        `grounds`, what is not the user's words is refused (the module docstring).
+        `observed_at`: when the job's turns were said (now when None)."""
         outcomes: list[Applied] = []
         planned: list[_Planned] = []
         for operation in operations:
@@ -108,7 +113,7 @@ class Applier:
         outcomes += await self._skip_duplicates(user_id, planned)
         planned = [p for p in planned if p.embedded is not None or p.operation.op is Op.DELETE]
         if planned or queue is not None:
-            outcomes += await self._commit(user_id, planned, job_id, queue)
+            outcomes += await self._commit(user_id, planned, job_id, queue, observed_at)
         return outcomes
 
     async def _skip_duplicates(self, user_id: str, planned: list[_Planned]) -> list[Applied]:
@@ -142,7 +147,12 @@ class Applier:
         return outcomes
 
     async def _commit(
-        self, user_id: str, planned: list[_Planned], job_id: str, queue: JobQueue | None
+        self,
+        user_id: str,
+        planned: list[_Planned],
+        job_id: str,
+        queue: JobQueue | None,
+        observed_at: datetime | None,
     ) -> list[Applied]:
         outcomes: list[Applied] = []
         async with self._service.store.writing(user_id, MemorySource.MANAGER, job_id=job_id) as w:
@@ -150,6 +160,7 @@ class Applier:
                 raise JobGone(job_id)
             rows = await w.rows([p.memory_id for p in planned if p.memory_id])
             stamp = now()
+            said = in_utc(observed_at) if observed_at is not None else stamp
             dim = self._service.embedder.dim
             for plan in planned:
                 operation = plan.operation
@@ -176,6 +187,7 @@ class Applier:
                     row.content = operation.content
                     row.type = (operation.type or MemoryType(row.type)).value
                     row.embedding, row.embedding_model = embedded.embedding, embedded.model
+                    row.observed_at = said  # what it says now was said in this job's turns
                     w.update(row, before=before)
                     outcomes.append(Applied(operation, "updated", row.id))
                     continue
@@ -190,8 +202,9 @@ class Applier:
                 created = Memory(
                     id=_new_id(), user_id=user_id, content=operation.content,
                     type=(operation.type or MemoryType.FACT).value, meta={},
-                    source=MemorySource.MANAGER.value, pinned=False, created_at=stamp,
-                    updated_at=stamp, recall_count=0, embedding=embedded.embedding,
+                    source=MemorySource.MANAGER.value, pinned=False, profile=False,
+                    created_at=stamp, updated_at=stamp, observed_at=said, recall_count=0,
+                    embedding=embedded.embedding,
                     embedding_model=embedded.model,
                 )  # fmt: skip
                 w.create(created, detail=detail)

@@ -8,7 +8,8 @@ grammar for ``json_schema``) can only produce usable answers, and an answer that
 a failure to retry, never an empty list by default:
 
 - ``{"op": "NEW", "content": ..., "type"?: ...}`` creates (no ``id``: NEW never touches an
-  existing memory);
+  existing memory); a type is a fact's (:class:`~app.memory.store.tables.FactType`): episodes
+  are kept from the turns themselves, never written by the model;
 - ``{"op": "UPDATE", "id": N, "content": ..., "type"?: ...}`` rewrites memory N;
 - ``{"op": "DELETE", "id": N}`` removes memory N;
 - ``operations`` is required (``[]`` when there is nothing to remember) and no other key is
@@ -34,7 +35,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.memory.store.tables import MemoryType
+from app.memory.store.tables import FactType
 
 
 class Op(StrEnum):
@@ -51,7 +52,7 @@ class Operation(BaseModel):
     """For UPDATE and DELETE: the number the memory was shown with."""
     content: str | None = Field(default=None, max_length=4000)
     """For NEW and UPDATE: the memory, one self-contained statement about the user."""
-    type: MemoryType | None = None
+    type: FactType | None = None
 
 
 Content = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
@@ -68,7 +69,7 @@ class New(_Strict):
     op: Literal[Op.NEW]
     content: Content
     """One short statement about the user, in the third person."""
-    type: MemoryType = MemoryType.FACT
+    type: FactType = FactType.FACT
 
     @model_validator(mode="before")
     @classmethod
@@ -89,7 +90,7 @@ class Update(_Strict):
     op: Literal[Op.UPDATE]
     id: Alias
     content: Content
-    type: MemoryType | None = None
+    type: FactType | None = None
 
     def operation(self) -> Operation:
         return Operation(op=Op.UPDATE, id=self.id, content=self.content, type=self.type)

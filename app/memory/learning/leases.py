@@ -45,6 +45,8 @@ class Job:
     payload: dict[str, Any]
     """As stored: the chat's ``model``, its ``context`` and ``new`` turns (:func:`dump`), and the
     ``fingerprints`` the job took."""
+    created_at: datetime
+    """When it was queued: when the user said what it learns from (its memories' `observed_at`)."""
 
     @property
     def model(self) -> str:
@@ -198,13 +200,13 @@ class Leases(JobBook):
             # A job another transaction holds (a chat appending to it) is passed over this time.
             candidates = (await session.execute(
                 select(ManagerJob.key, ManagerJob.id, ManagerJob.user_id, ManagerJob.explicit,
-                       ManagerJob.next_attempt_at)
+                       ManagerJob.next_attempt_at, ManagerJob.created_at)
                 .where(ManagerJob.key.in_(firsts))
                 .order_by(ManagerJob.key)
                 .with_for_update(skip_locked=True)
             )).all()  # fmt: skip
             claimed: list[Job] = []
-            for key, job_id, user_id, explicit, due in candidates:
+            for key, job_id, user_id, explicit, due, created_at in candidates:
                 if len(claimed) >= limit:
                     break
                 if user_id in running or user_id in exclude_users or aware(due) > stamp:
@@ -213,7 +215,8 @@ class Leases(JobBook):
                 if taken is not None:
                     self._held.add(job_id)
                     attempts, payload = taken
-                    claimed.append(Job(job_id, user_id, explicit, attempts, dict(payload)))
+                    claimed.append(Job(job_id, user_id, explicit, attempts, dict(payload),
+                                       aware(created_at)))  # fmt: skip
             return claimed
 
     async def _take(self, session: AsyncSession, key: int) -> tuple[int, Any] | None:

@@ -34,7 +34,7 @@ from datetime import datetime
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from app.memory.learning.turns import role_of, text_of
-from app.memory.store.tables import MemoryType
+from app.memory.store.tables import FactType
 
 EXCHANGE = "The new exchange (decide from this):"
 MEMORIES = "Existing memories (already saved: do not repeat them):"
@@ -64,7 +64,7 @@ Which operation:
 - Use only the numbers of the memories listed. Never repeat a listed memory: an UPDATE must
   change what it says, and a memory the exchange does not change needs no operation.
 - Nothing new to remember: an empty list of operations.
-- type is one of: {", ".join(t.value for t in MemoryType)}.
+- type is one of: {", ".join(t.value for t in FactType)}.
 """
 
 EXAMPLES = """

@@ -157,7 +157,7 @@ class Worker:
             try:
                 outcomes = await self._applier.apply(
                     job.user_id, operations, aliases, job_id=job.id, queue=self._queue,
-                    grounds=grounds,
+                    grounds=grounds, observed_at=job.created_at,
                 )  # fmt: skip
             except JobGone:
                 self._metrics.jobs_skipped.inc()

@@ -38,6 +38,7 @@ from app.memory.store.records import (
     Removed,
     Written,
     describe_changes,
+    in_utc,
     new_row,
     now,
     record_of,
@@ -49,13 +50,14 @@ from app.memory.store.tables import (
     ManagerState,
     Memory,
     MemoryEvent,
+    MemoryLink,
     MemorySource,
     MemoryType,
     ProcessedTurn,
 )
 from app.memory.store.unit import Writer
 
-_CHANGEABLE = frozenset({"content", "type", "metadata", "pinned", "embedding", "embedding_model"})
+_CHANGEABLE = frozenset(Changes.__annotations__)
 
 
 class MemoryStore(MemoryQueries):
@@ -161,7 +163,7 @@ class MemoryStore(MemoryQueries):
         actor: MemorySource = MemorySource.API,
         **changes: Unpack[Changes],
     ) -> Written | None:
-        """Change `content`, `type`, `metadata`, `pinned`, `embedding`/`embedding_model`."""
+        """Change what :class:`Changes` lists (`observed_at` is kept in UTC)."""
         unknown = set(changes) - _CHANGEABLE
         if unknown:
             raise ValueError(f"cannot change {sorted(unknown)}")
@@ -175,7 +177,9 @@ class MemoryStore(MemoryQueries):
                 row.meta = dict(changes["metadata"])
             if "type" in changes:
                 row.type = MemoryType(changes["type"]).value
-            for name in ("content", "pinned", "embedding", "embedding_model"):
+            if "observed_at" in changes:
+                row.observed_at = in_utc(changes["observed_at"])
+            for name in ("content", "pinned", "profile", "embedding", "embedding_model"):
                 if name in changes:
                     setattr(row, name, changes[name])
             w.update(row, before=before, detail=said)
@@ -192,9 +196,8 @@ class MemoryStore(MemoryQueries):
         return Removed(keys, w.version)
 
     async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> Removed:
-        """Erase everything kept about the user's memories, in one transaction: the memories,
-        their history, the fingerprints of processed turns and the Manager jobs not yet
-        applied."""
+        """Erase everything kept about the user's memories, in one transaction: the memories and
+        their links and history, processed turns' fingerprints, the Manager jobs not yet applied."""
         async with self.writing(user_id, actor) as w:
             keys = await w.delete_matching(None)
             for table in (MemoryEvent, ProcessedTurn, ManagerJob):
@@ -206,10 +209,11 @@ class MemoryStore(MemoryQueries):
         self, from_user: str, to_user: str, *, actor: MemorySource = MemorySource.API
     ) -> Moved:
         """Give all of `from_user`'s memories to `to_user` in one transaction: same ids, their
-        whole history (with a ``moved`` event each, and the events of memories deleted before),
-        the fingerprints of the turns they were learned from (so the conversations are not
-        learned from again), and the Manager jobs not running yet (a running job finishes for
-        `from_user`). With neither memories nor such jobs, nothing changes."""
+        links, their whole history (with a ``moved`` event each, and the events of memories
+        deleted before), the fingerprints of the turns they were learned from (so the
+        conversations are not learned from again), and the Manager jobs not running yet (a
+        running job finishes for `from_user`). With neither memories nor such jobs, nothing
+        changes."""
         if from_user == to_user:
             raise ValueError("cannot move a user's memories to the same user")
         async with writing(self.sessions) as session:
@@ -276,9 +280,10 @@ class MemoryStore(MemoryQueries):
 
 
 async def _give_the_rest(session: AsyncSession, from_user: str, to_user: str) -> None:
-    """What else a move gives `to_user`: `from_user`'s history, the fingerprints of the turns
-    already learned from, and the Manager's state (where `to_user` has one already, or the same
-    fingerprint, theirs stays: the user is part of those primary keys)."""
+    """What else a move gives `to_user`: `from_user`'s history, the links between the memories
+    moved, the fingerprints of the turns already learned from, and the Manager's state (where
+    `to_user` has one already, or the same fingerprint, theirs stays: the user is part of those
+    primary keys)."""
     known = select(ProcessedTurn.fingerprint).where(ProcessedTurn.user_id == to_user)
     await session.execute(
         delete(ProcessedTurn).where(
@@ -288,7 +293,7 @@ async def _give_the_rest(session: AsyncSession, from_user: str, to_user: str) ->
     has_state = select(ManagerState.user_id).where(ManagerState.user_id == to_user)
     if await session.scalar(has_state) is not None:
         await session.execute(delete(ManagerState).where(ManagerState.user_id == from_user))
-    for table in (MemoryEvent, ProcessedTurn, ManagerState):
+    for table in (MemoryEvent, MemoryLink, ProcessedTurn, ManagerState):
         await session.execute(
             update(table).where(table.user_id == from_user).values(user_id=to_user)
         )

@@ -44,13 +44,17 @@ class MemoryQueries:
         *,
         types: Sequence[MemoryType] = (),
         contains: str | None = None,
+        profile: bool | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> tuple[list[MemoryRecord], int]:
-        """A page of the user's memories, newest first, and how many match in all."""
+        """A page of the user's memories, newest first, and how many match in all (`profile`:
+        only profile facts, or only the others)."""
         query = own(user_id)
         if types:
             query = query.where(Memory.type.in_([t.value for t in types]))
+        if profile is not None:
+            query = query.where(Memory.profile.is_(profile))
         if contains:
             query = query.where(
                 func.lower(Memory.content).contains(contains.lower(), autoescape=True)
@@ -126,7 +130,7 @@ class MemoryQueries:
             return [_index_row(row) for row in await session.execute(query)]
 
     async def stats(self, user_id: str) -> dict[str, Any]:
-        """Counts by type, pinned, recall totals, oldest and newest, for one user."""
+        """Counts by type, pinned, profile, recall totals, oldest and newest, for one user."""
         async with self.sessions() as session:
             by_type = dict(
                 (t, int(n))
@@ -136,10 +140,11 @@ class MemoryQueries:
                     .group_by(Memory.type)
                 )
             )
-            pinned, recalled, oldest, newest = (
+            pinned, profile, recalled, oldest, newest = (
                 await session.execute(
                     select(
                         func.count().filter(Memory.pinned.is_(True)),
+                        func.count().filter(Memory.profile.is_(True)),
                         func.coalesce(func.sum(Memory.recall_count), 0),
                         func.min(Memory.created_at),
                         func.max(Memory.created_at),
@@ -150,6 +155,7 @@ class MemoryQueries:
                 "total": sum(by_type.values()),
                 "by_type": by_type,
                 "pinned": int(pinned or 0),
+                "profile": int(profile or 0),
                 "recall_count": int(recalled or 0),
                 "oldest": _aware(oldest),
                 "newest": _aware(newest),

@@ -22,8 +22,12 @@ class MemoryRecord:
     metadata: dict[str, Any]
     source: str
     pinned: bool
+    profile: bool
+    """A standing fact about the person, shown in every chat."""
     created_at: datetime
     updated_at: datetime
+    observed_at: datetime
+    """When what it says was said (``created_at`` is when it was written)."""
     recall_count: int
     last_recalled_at: datetime | None
     embedding: bytes | None = field(repr=False)
@@ -49,16 +53,22 @@ class NewMemory:
     recall_count: int = 0
     last_recalled_at: datetime | None = None
     """Put back by an import that keeps ids (shown only: recall ranks by neither)."""
+    profile: bool = False
+    observed_at: datetime | None = None
+    """When what it says was said; None: when it is written."""
 
 
 class Changes(TypedDict, total=False):
-    """What a write may change of a memory (its id, owner, source and dates are never
-    changed)."""
+    """What a write may change of a memory (its id, owner, source, and the dates it was
+    written, changed and recalled, are never changed)."""
 
     content: str
     type: MemoryType | str
     metadata: Mapping[str, Any]
     pinned: bool
+    profile: bool
+    observed_at: datetime
+    """Written in UTC (:func:`in_utc`)."""
     embedding: bytes | None
     """Set with `embedding_model` when `content` changes (the service embeds it again)."""
     embedding_model: str | None
@@ -146,8 +156,8 @@ def in_utc(value: datetime) -> datetime:
 
 
 def new_row(user_id: str, item: NewMemory, stamp: datetime) -> Memory:
-    """The row a new memory is inserted as: a new UUID unless the item has an id, its date in
-    UTC (:func:`in_utc`; `stamp` when it has none)."""
+    """The row a new memory is inserted as: a new UUID unless the item has an id, its dates in
+    UTC (:func:`in_utc`; `stamp` for those it has not)."""
     return Memory(
         id=item.id or str(uuid.uuid4()),
         user_id=user_id,
@@ -156,8 +166,10 @@ def new_row(user_id: str, item: NewMemory, stamp: datetime) -> Memory:
         meta=dict(item.metadata),
         source=(item.kept_source or item.source).value,
         pinned=item.pinned,
+        profile=item.profile,
         created_at=in_utc(item.created_at) if item.created_at else stamp,
         updated_at=stamp,
+        observed_at=in_utc(item.observed_at) if item.observed_at else stamp,
         recall_count=item.recall_count,
         last_recalled_at=in_utc(item.last_recalled_at) if item.last_recalled_at else None,
         embedding=item.embedding,
@@ -185,8 +197,10 @@ def _record(row: Any, metadata: dict[str, Any] | None, embedding: bytes | None) 
         metadata=dict(metadata or {}),
         source=row.source,
         pinned=row.pinned,
+        profile=row.profile,
         created_at=aware(row.created_at),
         updated_at=aware(row.updated_at),
+        observed_at=aware(row.observed_at),
         recall_count=row.recall_count,
         last_recalled_at=aware(row.last_recalled_at) if row.last_recalled_at else None,
         embedding=embedding,
@@ -203,8 +217,10 @@ RECORD_COLUMNS = (
     Memory.meta.label("metadata"),
     Memory.source,
     Memory.pinned,
+    Memory.profile,
     Memory.created_at,
     Memory.updated_at,
+    Memory.observed_at,
     Memory.recall_count,
     Memory.last_recalled_at,
     Memory.embedding_model,
@@ -213,13 +229,23 @@ RECORD_COLUMNS = (
 
 
 def describe_changes(row: Memory, changes: Changes) -> str | None:
-    """What a change does besides the text, in words, for the history: ``pinned``, ``type fact
-    -> preference``, ``metadata``."""
+    """What a change does besides the text, in words, for the history: ``pinned``, ``profile``,
+    ``type fact -> preference``, ``observed 2024-05-01 10:00Z -> 2023-05-01 09:30Z``,
+    ``metadata``."""
     said = []
     if "pinned" in changes and changes["pinned"] != row.pinned:
         said.append("pinned" if changes["pinned"] else "unpinned")
+    if "profile" in changes and changes["profile"] != row.profile:
+        said.append("profile" if changes["profile"] else "not profile")
     if "type" in changes and MemoryType(changes["type"]).value != row.type:
         said.append(f"type {row.type} -> {MemoryType(changes['type']).value}")
+    if "observed_at" in changes and in_utc(changes["observed_at"]) != aware(row.observed_at):
+        said.append(f"observed {_minute(row.observed_at)} -> {_minute(changes['observed_at'])}")
     if "metadata" in changes and dict(changes["metadata"]) != row.meta:
         said.append("metadata")
     return ", ".join(said) or None
+
+
+def _minute(value: datetime) -> str:
+    """An instant as the history says it: to the minute, in UTC."""
+    return in_utc(value).strftime("%Y-%m-%d %H:%MZ")

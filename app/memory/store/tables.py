@@ -24,6 +24,8 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    false,
+    func,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -33,7 +35,8 @@ Key = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class MemoryType(StrEnum):
-    """What a memory is about. The Manager picks one; the API accepts only these."""
+    """What a memory is: a fact of one of six kinds, or an episode (the user's own words). The
+    API accepts only these."""
 
     FACT = "fact"
     """Something true about the user: where they live, their job, their family."""
@@ -47,6 +50,22 @@ class MemoryType(StrEnum):
     """The user corrected a wrong belief or answer: what is right instead."""
     FEEDBACK = "feedback"
     """How the user judged the assistant's behaviour."""
+    EPISODE = "episode"
+    """The user's own words in a turn (a passage of it), kept beside the facts drawn from it."""
+
+
+# The kinds of a fact: every MemoryType but `episode`, the kinds the Manager and the MCP tool
+# `remember` may write (episodes are kept from the turns themselves). Its docstring is the
+# description the Manager's answer schema gives the model: it names no other kind.
+class FactType(StrEnum):
+    """What a memory is about."""
+
+    FACT = MemoryType.FACT.value
+    PREFERENCE = MemoryType.PREFERENCE.value
+    KNOWLEDGE = MemoryType.KNOWLEDGE.value
+    EVENT = MemoryType.EVENT.value
+    CORRECTION = MemoryType.CORRECTION.value
+    FEEDBACK = MemoryType.FEEDBACK.value
 
 
 class MemorySource(StrEnum):
@@ -82,8 +101,18 @@ class Memory(Base):
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     source: Mapped[str] = mapped_column(String(16), default=MemorySource.API.value)
     pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+    profile: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """A standing fact about the person (who they are, household, health, lasting preferences),
+    to be shown in every chat."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    observed_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.current_timestamp()
+    )
+    """When what the memory says was said (the request's time; the API and imports may set it):
+    not when it was written, which may be long after (a history learned later). The server
+    defaults (here and on `profile`) are for writers that do not know the column: a replica of
+    the version before, still running while another upgrades the database."""
     recall_count: Mapped[int] = mapped_column(Integer, default=0)
     last_recalled_at: Mapped[datetime | None] = mapped_column(
         DateTime(timezone=True), nullable=True
@@ -99,7 +128,22 @@ class Memory(Base):
     __table_args__ = (
         Index("ix_memories_user_created", "user_id", "created_at"),
         Index("ix_memories_user_seq", "user_id", "seq"),
+        Index("ix_memories_user_observed", "user_id", "observed_at"),
     )
+
+
+class MemoryLink(Base):
+    """Provenance: a fact was written from an episode (both memories of the same user). Deleted
+    with either memory, in the same transaction; moved with their user."""
+
+    __tablename__ = "memory_links"
+
+    user_id: Mapped[str] = mapped_column(String(256))
+    fact_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    episode_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_memory_links_user_episode", "user_id", "episode_id"),)
 
 
 class UserState(Base):

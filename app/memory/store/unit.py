@@ -14,6 +14,8 @@ Promises:
 - the unit is one transaction (:func:`app.memory.store.db.writing`): all of it or none;
 - each create, update and delete records its history event in that transaction
   (:mod:`app.memory.store.events`), with the unit's actor and job;
+- a memory deleted takes its provenance links (:class:`~app.memory.store.tables.MemoryLink`,
+  as fact or as episode) with it, in the same transaction;
 - when anything changed, the user's version is bumped once and every row created or updated is
   stamped with it (``seq``): a cache built at version N is stale exactly when the version is no
   longer N. A unit that changed nothing bumps nothing. After the block, :attr:`Writer.version`
@@ -25,18 +27,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Executable, Result, delete, select, update
+from sqlalchemy import Executable, Result, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.memory.store import events
 from app.memory.store.db import insert_for
 from app.memory.store.queries import own, version_of
 from app.memory.store.records import now
-from app.memory.store.tables import EventAction, Memory, MemorySource, UserState
+from app.memory.store.tables import EventAction, Memory, MemoryLink, MemorySource, UserState
 
 _INSERTED = (
-    *("id", "user_id", "content", "type", "meta", "source", "pinned", "created_at"),
-    *("updated_at", "recall_count", "last_recalled_at", "embedding", "embedding_model"),
+    *("id", "user_id", "content", "type", "meta", "source", "pinned", "profile", "created_at"),
+    *("updated_at", "observed_at", "recall_count", "last_recalled_at", "embedding"),
+    "embedding_model",
 )
 """What :meth:`Writer.insert_new` inserts of a new row (its ``seq`` is the unit's version)."""
 
@@ -78,6 +81,7 @@ class Writer:
         self._event(row.id, EventAction.UPDATED, before=before, after=row.content, detail=detail)
 
     async def delete(self, row: Memory) -> None:
+        await self._unlink(Memory.id == row.id)
         await self._session.delete(row)
         self._changed = True
         self._event(row.id, EventAction.DELETED, before=row.content)
@@ -90,11 +94,21 @@ class Writer:
         found = list(await self._session.execute(query))
         if found:
             keys = [key for key, _, _ in found]
+            await self._unlink(condition)
             await self._session.execute(delete(Memory).where(Memory.key.in_(keys)))
             self._changed = True
             for _, memory_id, content in found:
                 self._event(memory_id, EventAction.DELETED, before=content)
         return [key for key, _, _ in found]
+
+    async def _unlink(self, condition: Any) -> None:
+        """Delete the links of the user's memories matching `condition` (all when None), as
+        fact or as episode: before the memories themselves, which the condition reads."""
+        query = delete(MemoryLink).where(MemoryLink.user_id == self.user_id)
+        if condition is not None:
+            ids = select(Memory.id).where(Memory.user_id == self.user_id, condition)
+            query = query.where(or_(MemoryLink.fact_id.in_(ids), MemoryLink.episode_id.in_(ids)))
+        await self._session.execute(query)
 
     async def hand_over(self, target: Writer) -> list[int]:
         """Give every memory of this unit's user to `target`'s user (another unit in the same

@@ -15,8 +15,10 @@ function showLogin(message) {
 }
 
 async function start() {
-  for (const select of document.querySelectorAll("select.types")) {
-    for (const type of TYPES) select.append(el("option", { value: type }, type));
+  for (const [names, kinds] of [["select.types", TYPES], ["select.kinds", KINDS]]) {
+    for (const select of document.querySelectorAll(names)) {
+      for (const type of kinds) select.append(el("option", { value: type }, type));
+    }
   }
   try {
     signedIn(await json("GET", "/v1/users/me", { user: false }));
@@ -55,7 +57,7 @@ function selectUser(user) {
   $("wipe-confirm").value = "";
   $("wipe").disabled = true;
   // Nothing of the user shown before stays on screen (its buttons would act on this one).
-  state.filter = { q: "", type: "" };
+  state.filter = { q: "", type: "", profile: "" };
   $("filter-form").reset();
   $("search-form").reset();
   $("search-list").replaceChildren();
@@ -94,6 +96,7 @@ function tabKeys(event) {
 async function loadMemories() {
   const page = await json("GET", "/v1/memories", { params: {
     limit: PAGE, offset: state.offset, q: state.filter.q, type: state.filter.type,
+    profile: state.filter.profile,
   } });
   if (!page.data.length && state.offset > 0) {  // the last one of the last page was deleted
     state.offset = Math.max(0, state.offset - PAGE);
@@ -113,13 +116,19 @@ function memoryItem(memory, score) {
   const meta = el("div", { class: "meta" },
     el("span", { class: `badge type-${memory.type}` }, memory.type),
     memory.pinned ? el("span", { class: "badge pinned" }, "pinned") : null,
+    memory.profile ? el("span", { class: "badge profile", title: "shown in every chat" }, "profile") : null,
     score !== undefined ? el("span", { class: "badge score" }, `score ${score.toFixed(3)}`) : null,
-    el("span", {}, `${memory.source} · ${when(memory.created_at)} · recalled ${memory.recall_count}×`),
+    // When it was said (a history learned later, an import, an edit may date it before it was written).
+    el("span", { class: "said", title: `written ${when(memory.created_at)}` },
+       `${memory.source} · said ${when(memory.observed_at)} · recalled ${memory.recall_count}×`),
     el("code", { class: "id", title: "memory id" }, memory.id));
   const actions = el("div", { class: "actions" },
     el("button", { type: "button", onclick: () => editInline(item, memory) }, "Edit"),
     el("button", { type: "button", "aria-pressed": String(memory.pinned),
                    onclick: guarded(() => setPinned(item, memory)) }, memory.pinned ? "Unpin" : "Pin"),
+    el("button", { type: "button", "aria-pressed": String(memory.profile),
+                   title: "A standing fact about the person, shown in every chat",
+                   onclick: guarded(() => setProfile(item, memory)) }, memory.profile ? "Not profile" : "Profile"),
     el("button", { type: "button", onclick: guarded(() => showHistory(memory)) }, "History"),
     el("button", { type: "button", class: "danger", onclick: guarded(() => remove(item, memory)) }, "Delete"));
   item.append(meta, content, actions);
@@ -135,7 +144,8 @@ function replaceItem(item, memory) {
 function editInline(item, memory) {
   const text = el("textarea", { rows: "3", "aria-label": "Memory text", required: true });
   text.value = memory.content;
-  const type = el("select", { "aria-label": "Type" }, TYPES.map((t) => el("option", { value: t }, t)));
+  const kinds = TYPES.includes(memory.type) ? TYPES : KINDS;  // an episode keeps its kind
+  const type = el("select", { "aria-label": "Type" }, kinds.map((t) => el("option", { value: t }, t)));
   type.value = memory.type;
   const cancel = () => { replaceItem(form, memory).querySelector("button").focus(); };
   const form = el("form", { class: "memory editing", onsubmit: guarded(async () => {
@@ -162,6 +172,13 @@ async function setPinned(item, memory) {
                            { body: { pinned: !memory.pinned } });
   replaceItem(item, saved);
   toast(saved.pinned ? "Pinned: never forgotten or deleted automatically." : "Unpinned.");
+}
+
+async function setProfile(item, memory) {
+  const saved = await json("PATCH", `/v1/memories/${encodeURIComponent(memory.id)}`,
+                           { body: { profile: !memory.profile } });
+  replaceItem(item, saved);
+  toast(saved.profile ? "A profile fact: shown in every chat." : "No longer a profile fact.");
 }
 
 async function remove(item, memory) {
@@ -195,10 +212,11 @@ async function showHistory(memory) {
 
 async function addMemory() {
   const body = { content: $("add-content").value, type: $("add-type").value,
-                 pinned: $("add-pinned").checked };
+                 pinned: $("add-pinned").checked, profile: $("add-profile").checked };
   const created = await json("POST", "/v1/memories", { body });
   $("add-content").value = "";
   $("add-pinned").checked = false;
+  $("add-profile").checked = false;
   state.offset = 0;
   await loadMemories();
   toast(`Added ${created.id}.`);
@@ -222,6 +240,7 @@ async function loadStats() {
     ["Memories", stats.total],
     ...Object.entries(stats.by_type).map(([type, n]) => [`  ${type}`, n]),
     ["Pinned", stats.pinned],
+    ["Profile facts", stats.profile],
     ["Recalled (times)", stats.recall_count],
     ["Oldest", when(stats.oldest)],
     ["Newest", when(stats.newest)],
@@ -356,12 +375,14 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   $("add-form").addEventListener("submit", guarded(addMemory));
   const filter = guarded(async () => {
-    state.filter = { q: $("filter-text").value.trim(), type: $("filter-type").value };
+    state.filter = { q: $("filter-text").value.trim(), type: $("filter-type").value,
+                     profile: $("filter-profile").value };
     state.offset = 0;
     await loadMemories();
   });
   $("filter-form").addEventListener("submit", filter);
   $("filter-type").addEventListener("change", filter);
+  $("filter-profile").addEventListener("change", filter);
   $("prev").addEventListener("click", guarded(async () => { state.offset = Math.max(0, state.offset - PAGE); await loadMemories(); }));
   $("next").addEventListener("click", guarded(async () => { state.offset += PAGE; await loadMemories(); }));
   $("search-form").addEventListener("submit", guarded(search));

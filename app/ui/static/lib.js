@@ -4,11 +4,12 @@
 "use strict";
 
 const TYPES = ["fact", "preference", "knowledge", "event", "correction", "feedback"];
+const KINDS = [...TYPES, "episode"];  // an episode (the user's own words) is listed, not added
 const PAGE = 20;
 const KEY = "memproxy.key";
 const USER = "memproxy.user";
 const state = { key: sessionStorage.getItem(KEY) || "", role: null, user: "", offset: 0,
-                usersOffset: 0, filter: { q: "", type: "" } };
+                usersOffset: 0, filter: { q: "", type: "", profile: "" } };
 
 const ROOT = new URL("..", location.href);  // the page is at <root>/ui/: works under a prefix
 const $ = (id) => document.getElementById(id);

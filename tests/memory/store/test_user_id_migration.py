@@ -9,22 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from alembic import command
 from sqlalchemy import delete, func, insert, select, text
-from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import app.proxy.user_ids
-from app.memory.store.db import alembic_config, create_engine, upgrade
+from app.memory.store.db import create_engine, upgrade
 from app.memory.store.memories import MemoryStore
-from app.memory.store.records import NewMemory
 from app.memory.store.tables import (
     ManagerJob,
     ManagerState,
@@ -33,7 +28,7 @@ from app.memory.store.tables import (
     ProcessedTurn,
     UserState,
 )
-from tests import databases
+from tests.memory.store.old_schema import add_as_before, database, delete_as_before, migrate_to
 
 NFC, NFD = "Jos\u00e9", "Jose\u0301"
 ONLY_NFD, ONLY_NFC = "Rene\u0301e", "Ren\u00e9e"  # no NFC twin stored
@@ -42,26 +37,6 @@ REFUSED_NFC = "Jos\u00e9\u200b"
 LOOK_ALIKE = "\u0430lice"  # a Cyrillic "а": refused now, and left as stored (it is in NFC)
 EARLY, LATE = datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 6, 1, tzinfo=UTC)
 TABLES = (Memory, UserState, MemoryEvent, ManagerJob, ProcessedTurn, ManagerState)
-
-
-@contextmanager
-def database(tmp_path: Path) -> Iterator[str]:
-    """An empty database: on PostgreSQL a new one (the tests' own come migrated already)."""
-    if databases.on_postgresql():
-        with databases.empty() as url:
-            yield url
-    else:
-        yield f"sqlite+aiosqlite:///{tmp_path}/old.db"
-
-
-async def migrate_to(engine: AsyncEngine, revision: str) -> None:
-    def run(connection: Connection) -> None:
-        config = alembic_config()
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
-
-    async with engine.begin() as connection:
-        await connection.run_sync(run)
 
 
 def job(user: str, status: str, key: int) -> dict[str, Any]:
@@ -75,7 +50,6 @@ def job(user: str, status: str, key: int) -> dict[str, Any]:
 
 async def store_as_before(engine: AsyncEngine) -> dict[str, list[str]]:
     """What version 0005 could hold: the ids of each user's memories, by user."""
-    store = MemoryStore(engine)
     ids: dict[str, list[str]] = {}
     for user, texts in (
         (NFD, ["Likes tea", "Plays chess", "Forgotten"]),
@@ -85,11 +59,10 @@ async def store_as_before(engine: AsyncEngine) -> dict[str, list[str]]:
         (LOOK_ALIKE, ["Looks like alice"]),
         ("ann", ["Likes rain"]),
     ):
-        written = await store.add(user, [NewMemory(t) for t in texts])
-        ids[user] = [r.id for r in written.records]
+        ids[user] = await add_as_before(engine, user, texts)
     ids["forgotten"] = [ids[NFD].pop()]
-    await store.delete(NFD, ids["forgotten"])  # its history stays, and moves with the user
-    await store.add(NFC, [NewMemory("Reads a lot")])  # NFC's version is now ahead of NFD's
+    await delete_as_before(engine, NFD, ids["forgotten"][0])  # its history stays, and moves
+    await add_as_before(engine, NFC, ["Reads a lot"])  # NFC's version is now ahead of NFD's
     async with engine.begin() as connection:
         await connection.execute(insert(ProcessedTurn), [
             {"user_id": NFD, "fingerprint": "f1", "created_at": EARLY},
@@ -191,9 +164,9 @@ async def version_passes_every_memory(url: str) -> None:
     try:
         await migrate_to(engine, "0005")
         store = MemoryStore(engine)
-        await store.add(NFD, [NewMemory("Likes tea")])
+        await add_as_before(engine, NFD, ["Likes tea"])
         for text_ in ("Lives in Lisbon", "Reads a lot", "Plays the cello"):
-            await store.add(NFC, [NewMemory(text_)])
+            await add_as_before(engine, NFC, [text_])
         async with engine.begin() as connection:
             await connection.execute(delete(UserState))
 
@@ -218,7 +191,7 @@ async def only_nfc(url: str) -> set[str]:
         await migrate_to(engine, "0005")
         store = MemoryStore(engine)
         for user in (NFD, " ann ", "bob", LOOK_ALIKE):
-            await store.add(user, [NewMemory(f"A memory of {user}")])
+            await add_as_before(engine, user, [f"A memory of {user}"])
         await upgrade(engine)
         return {u.user_id for u in (await store.user_summaries())[0]}
     finally:
