@@ -35,7 +35,6 @@ from app.memory.learning.manager import Manager, ManagerAnswerUnusable, ManagerU
 from app.memory.learning.prompt import Shown
 from app.memory.learning.turns import text_of
 from app.memory.service import MemoryService
-from app.memory.store.records import now
 from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.manager")
@@ -200,12 +199,13 @@ class Worker:
             job.user_id, query or "-", limit=RELATED_MEMORIES, min_score=0.0, background=True
         )
         shown = [
-            Shown(i, f.memory.content, f.memory.type, f.memory.created_at)
+            Shown(i, f.memory.content, f.memory.type, f.memory.observed_at)
             for i, f in enumerate(found, start=1)
         ]
         aliases = {s.alias: f.memory.id for s, f in zip(shown, found, strict=True)}
         operations = await self._manager.decide(
-            job.model, memories=shown, context=context, new=new, now=now()
+            # the day the user said it, not today: "tomorrow" in a job that waited is that day's
+            job.model, memories=shown, context=context, new=new, now=job.created_at
         )
         # Up to ~100 turns of 8,000 characters: stemming and searching them would hold the loop.
         grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown, new)
