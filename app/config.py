@@ -141,6 +141,10 @@ class Settings(BaseSettings):
     memory_token_budget: int = Field(default=600, ge=0)
     """Most tokens (estimated at 4 characters each) the injected memories may take; the block's
     fixed one-sentence header (~45 tokens) comes on top."""
+    profile_token_budget: int = Field(default=150, ge=0)
+    """Most tokens the user's profile may take: their pinned memories and standing facts, shown in
+    every chat whatever the question (past it: the most recalled, then the newest); 0 shows no
+    profile. Comes on top of MEMPROXY_MEMORY_TOKEN_BUDGET."""
     recall_timeout_seconds: float = Field(default=2.0, gt=0)
     """Longest a chat waits for recall; past it the chat goes on without memories."""
     index_cache_max_memories: int = Field(default=300_000, ge=1)

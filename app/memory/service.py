@@ -17,7 +17,7 @@ from app.memory.block import estimate_tokens, fit_budget, memory_line
 from app.memory.search.cache import IndexCache
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.parts import decode, embed_for_store, vector_model
-from app.memory.search.ranking import Hit, Searcher
+from app.memory.search.ranking import Hit, Recalled, Searcher
 from app.memory.store.events import Event
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import (
@@ -188,11 +188,22 @@ class MemoryService:
         return [Found(records[h.key], h) for h in hits if h.key in records]
 
     async def recall(
-        self, user_id: str, query: str, *, limit: int, min_score: float, budget_tokens: int
-    ) -> list[Hit]:
-        """What chat injects: the search, then as many as fit the token budget. The hits carry
-        what the memory block shows (from the index: no database read on this path)."""
-        hits = await self.searcher.search(user_id, query, limit=limit, min_score=min_score)
+        self,
+        user_id: str,
+        query: str | None,
+        *,
+        limit: int,
+        min_score: float,
+        budget_tokens: int,
+        profile_tokens: int = 0,
+    ) -> Recalled:
+        """What chat injects: the profile within `profile_tokens`, then the search for `query`
+        (without the profile's memories) within `budget_tokens`. Both carry what the memory
+        block shows (from the index: no database read on this path)."""
+        found = await self.searcher.recall(
+            user_id, query, limit=limit, min_score=min_score, profile_tokens=profile_tokens
+        )
+        hits = found.hits
         kept = fit_budget(hits, budget_tokens)
         if hits and not kept and not self._budget_warned:
             self._budget_warned = True  # once per process: the setting, not the chat, is wrong
@@ -202,7 +213,7 @@ class MemoryService:
                 budget_tokens,
                 min(estimate_tokens(memory_line(h)) for h in hits),
             )
-        return kept
+        return Recalled(found.profile, kept)
 
     async def mark_recalled(self, user_id: str, keys: Sequence[int]) -> None:
         await self.store.mark_recalled(user_id, keys)

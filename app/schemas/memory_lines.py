@@ -52,8 +52,9 @@ class MemoryImport(MemoryCreate):
     """Ignored: memories are imported for the user the request acts for."""
     updated_at: datetime | None = None
     recall_count: Annotated[int, Field(ge=0)] | None = None
-    """Kept, with `last_recalled_at`, when the import keeps ids; 0 (never) with new ids. Shown
-    only: recall ranks by neither, so a forged count boosts nothing."""
+    """Kept, with `last_recalled_at`, when the import keeps ids; 0 (never) with new ids. Search
+    ranks by neither; the count only orders the user's own profile past its budget, so a forged
+    count boosts nothing over what the user already has."""
     last_recalled_at: datetime | None = None
 
     _check_created_at = field_validator("created_at")(imported_date)

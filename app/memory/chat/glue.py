@@ -3,15 +3,18 @@ new turns for the Manager while the answer streams (:mod:`app.memory.learning.ex
 
 Promises (see :mod:`app.proxy.hooks` for when each hook runs):
 
-- the user's memories most relevant to the last user message (:mod:`app.memory.chat.query`) go into
-  the system message, at most ``MEMPROXY_RECALL_LIMIT`` within ``MEMPROXY_MEMORY_TOKEN_BUDGET``,
-  none below ``MEMPROXY_RELEVANCE_THRESHOLD``; a memory block the client sent back is replaced;
-- the response says what recall did: ``X-Memories-Injected: N`` and ``Server-Timing:
-  recall;dur=<ms>`` (``X-Memory-Recall: failed`` when it failed);
+- the user's profile (pinned and profile memories, :mod:`app.memory.search.profile`) goes into
+  the system message whatever the question, within ``MEMPROXY_PROFILE_TOKEN_BUDGET``; then the
+  other memories most relevant to the last user message (:mod:`app.memory.chat.query`), at most
+  ``MEMPROXY_RECALL_LIMIT`` within ``MEMPROXY_MEMORY_TOKEN_BUDGET``, none below
+  ``MEMPROXY_RELEVANCE_THRESHOLD``; a memory block the client sent back is replaced;
+- the response says what recall did: ``X-Memories-Injected: N`` (both kinds) and
+  ``Server-Timing: recall;dur=<ms>`` (``X-Memory-Recall: failed`` when it failed);
 - recall never fails a chat: an error or a wait beyond ``MEMPROXY_RECALL_TIMEOUT_SECONDS`` is
   logged as a warning and counted (``memproxy_recall_failures``), and the chat goes on without
   memories;
-- recall counters are updated after the request, off the hot path;
+- recall counters are updated after the request, off the hot path, for the memories found by the
+  search only: the profile's order (most recalled first) must not feed itself;
 - for a chat that may write memories, the exchange's new turns are queued for the Manager
   (durably, in the database, as an awaiting job) while the request is with the upstream, and
   the answer's first byte waits for that write before it reaches the client: a client that got
@@ -45,7 +48,7 @@ from app.memory.learning.extraction import exchange
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.turns import Turns, fingerprints_of, turns_of
 from app.memory.learning.worker import Worker
-from app.memory.search.ranking import Hit
+from app.memory.search.ranking import Recalled
 from app.memory.service import MemoryService
 from app.metrics import Metrics
 from app.proxy.hooks import Completion, Note, Outcome, Preparation, RequestContext
@@ -85,6 +88,7 @@ class ChatMemory:
         self._limit = settings.recall_limit
         self._threshold = settings.relevance_threshold
         self._budget = settings.memory_token_budget
+        self._profile_budget = settings.profile_token_budget
         self._timeout = settings.recall_timeout_seconds
         self._write_seconds = settings.job_write_timeout_seconds
 
@@ -92,11 +96,11 @@ class ChatMemory:
         started = time.perf_counter()
         # A pasted document is searched by its ends, but still read: off the loop when large.
         query = await off_loop(ctx.body_bytes, recall_query, ctx.messages) if self._limit else None
-        found: list[Hit] = []
+        recalled = Recalled([], [])
         failed = False
-        if query:
+        if query or (self._limit and self._profile_budget):  # a profile needs no question
             try:
-                found = await asyncio.wait_for(self._recall(ctx.user_id, query), self._timeout)
+                recalled = await asyncio.wait_for(self._recall(ctx.user_id, query), self._timeout)
             except Exception as exc:  # memory must never fail a chat
                 failed = True
                 reason = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
@@ -108,27 +112,32 @@ class ChatMemory:
                     exc_info=not isinstance(exc, TimeoutError),
                 )
         elapsed = time.perf_counter() - started
+        found = recalled.hits
+        shown = len(recalled.profile) + len(found)
         self._metrics.recall_seconds.observe(elapsed)
-        self._metrics.memories_injected.observe(len(found))
+        self._metrics.memories_injected.observe(shown)
         headers = {
-            INJECTED_HEADER: str(len(found)),
+            INJECTED_HEADER: str(shown),
             "Server-Timing": f"recall;dur={elapsed * 1000:.2f}",
         }
         if failed:
             headers["X-Memory-Recall"] = "failed"
         body = None
-        if found or _has_block(ctx):
-            body = insert_memory_block(ctx.body, memory_block(found))
-        if found:
+        if shown or _has_block(ctx):
+            body = insert_memory_block(ctx.body, memory_block(found, recalled.profile))
+        if found:  # the profile's lines are not recalls (module docstring)
             self._runner.spawn(
                 self._service.mark_recalled(ctx.user_id, [h.key for h in found]),
                 name=f"mark-recalled-{ctx.request_id}",
             )
-        if found and logger.isEnabledFor(logging.DEBUG):  # memory texts: never at INFO
+        if shown and logger.isEnabledFor(logging.DEBUG):  # memory texts: never at INFO
             logger.debug(
                 "injected for %s: %s",
                 ctx.user_id,
-                " | ".join(f"{h.score:.3f} {h.content}" for h in found),
+                " | ".join(
+                    [f"profile {s.content}" for s in recalled.profile]
+                    + [f"{h.score:.3f} {h.content}" for h in found]
+                ),
             )
         job = on_first_byte = None
         if self._queue is not None and ctx.write_allowed:
@@ -147,17 +156,18 @@ class ChatMemory:
             body=body,
             headers=headers,
             on_first_byte=on_first_byte,
-            injected=len(found),
+            injected=shown,
             reading_body=job,
         )
 
-    async def _recall(self, user_id: str, query: str) -> list[Hit]:
+    async def _recall(self, user_id: str, query: str | None) -> Recalled:
         return await self._service.recall(
             user_id,
             query,
             limit=self._limit,
             min_score=self._threshold,
             budget_tokens=self._budget,
+            profile_tokens=self._profile_budget,
         )
 
     async def after_response(self, ctx: RequestContext, completion: Completion) -> None:

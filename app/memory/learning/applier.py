@@ -6,6 +6,8 @@ applies them, all of one job in one transaction (one version bump, every change 
 job's id):
 
 - NEW creates, and never touches an existing memory (an id that came with it is ignored).
+  ``profile`` marks what is created or updated as a standing fact (shown in every chat); an
+  UPDATE without it leaves the memory's mark as it is.
   What a job writes (created or updated) is observed when the job's turns were said
   (`observed_at`: the job's ``created_at``).
 - UPDATE and DELETE must name a memory the Manager was shown; any other id (or none) fails and is
@@ -180,7 +182,12 @@ class Applier:
                 assert embedded is not None and operation.content is not None
                 unrelated = _unrelated(row, embedded, dim) if row is not None else None
                 if row is not None and unrelated is None and _same(row, operation):
-                    outcomes.append(Applied(operation, "unchanged", row.id))
+                    if operation.profile is None or operation.profile == row.profile:
+                        outcomes.append(Applied(operation, "unchanged", row.id))
+                    else:  # the same words, now (or no longer) a standing fact
+                        row.profile = operation.profile
+                        w.update(row, before=row.content, detail=_marked(row.profile))
+                        outcomes.append(Applied(operation, "updated", row.id))
                     continue
                 if row is not None and unrelated is None:  # UPDATE of a known memory
                     before = row.content
@@ -188,7 +195,10 @@ class Applier:
                     row.type = (operation.type or MemoryType(row.type)).value
                     row.embedding, row.embedding_model = embedded.embedding, embedded.model
                     row.observed_at = said  # what it says now was said in this job's turns
-                    w.update(row, before=before)
+                    marked = operation.profile is not None and operation.profile != row.profile
+                    if operation.profile is not None:
+                        row.profile = operation.profile
+                    w.update(row, before=before, detail=_marked(row.profile) if marked else None)
                     outcomes.append(Applied(operation, "updated", row.id))
                     continue
                 detail = (
@@ -202,7 +212,8 @@ class Applier:
                 created = Memory(
                     id=_new_id(), user_id=user_id, content=operation.content,
                     type=(operation.type or MemoryType.FACT).value, meta={},
-                    source=MemorySource.MANAGER.value, pinned=False, profile=False,
+                    source=MemorySource.MANAGER.value, pinned=False,
+                    profile=bool(operation.profile),
                     created_at=stamp, updated_at=stamp, observed_at=said, recall_count=0,
                     embedding=embedded.embedding,
                     embedding_model=embedded.model,
@@ -265,6 +276,11 @@ def _same(row: Memory, operation: Operation) -> bool:
 
 def _words(text: str) -> list[str]:
     return re.findall(r"\w+", text.casefold())
+
+
+def _marked(profile: bool) -> str:
+    """What the history says of a change of the mark (as the API's writes say it)."""
+    return "profile" if profile else "not profile"
 
 
 def _new_id() -> str:

@@ -7,10 +7,12 @@ The answer's schema says exactly what each operation needs, so that a server enf
 grammar for ``json_schema``) can only produce usable answers, and an answer that does not fit is
 a failure to retry, never an empty list by default:
 
-- ``{"op": "NEW", "content": ..., "type"?: ...}`` creates (no ``id``: NEW never touches an
-  existing memory); a type is a fact's (:class:`~app.memory.store.tables.FactType`): episodes
-  are kept from the turns themselves, never written by the model;
-- ``{"op": "UPDATE", "id": N, "content": ..., "type"?: ...}`` rewrites memory N;
+- ``{"op": "NEW", "content": ..., "type"?: ..., "profile"?: ...}`` creates (no ``id``: NEW never
+  touches an existing memory); a type is a fact's (:class:`~app.memory.store.tables.FactType`):
+  episodes are kept from the turns themselves, never written by the model; ``profile`` true marks
+  a standing fact about the person, shown in every chat (absent: false);
+- ``{"op": "UPDATE", "id": N, "content": ..., "type"?: ..., "profile"?: ...}`` rewrites memory N
+  (``profile`` absent: its mark stays as it is);
 - ``{"op": "DELETE", "id": N}`` removes memory N;
 - ``operations`` is required (``[]`` when there is nothing to remember) and no other key is
   accepted anywhere: ``{"properties": {"operations": [...]}}`` (a schema echoed back) is refused.
@@ -53,6 +55,8 @@ class Operation(BaseModel):
     content: str | None = Field(default=None, max_length=4000)
     """For NEW and UPDATE: the memory, one self-contained statement about the user."""
     type: FactType | None = None
+    profile: bool | None = None
+    """For NEW and UPDATE: a standing fact about the person (None: NEW false, UPDATE unchanged)."""
 
 
 Content = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
@@ -70,6 +74,8 @@ class New(_Strict):
     content: Content
     """One short statement about the user, in the third person."""
     type: FactType = FactType.FACT
+    profile: bool = False
+    """A standing fact about who the user is, shown in every chat."""
 
     @model_validator(mode="before")
     @classmethod
@@ -81,7 +87,7 @@ class New(_Strict):
         return data
 
     def operation(self) -> Operation:
-        return Operation(op=Op.NEW, content=self.content, type=self.type)
+        return Operation(op=Op.NEW, content=self.content, type=self.type, profile=self.profile)
 
 
 class Update(_Strict):
@@ -91,9 +97,13 @@ class Update(_Strict):
     id: Alias
     content: Content
     type: FactType | None = None
+    profile: bool | None = None
+    """Omitted: the memory's mark stays as it is."""
 
     def operation(self) -> Operation:
-        return Operation(op=Op.UPDATE, id=self.id, content=self.content, type=self.type)
+        return Operation(
+            op=Op.UPDATE, id=self.id, content=self.content, type=self.type, profile=self.profile
+        )
 
 
 class Delete(_Strict):

@@ -65,13 +65,15 @@ Which operation:
   change what it says, and a memory the exchange does not change needs no operation.
 - Nothing new to remember: an empty list of operations.
 - type is one of: {", ".join(t.value for t in FactType)}.
+- "profile": true on a NEW or UPDATE for a lasting fact about who the user is: identity, household,
+  health and diet constraints, lasting preferences, how they want answers. Leave it out otherwise.
 """
 
 EXAMPLES = """
 Three examples. Their people and facts are made up: never write them as memories.
 - Existing memories: none. USER: I'm a nurse, I live in Oslo and my sister Ana has two cats.
   ASSISTANT: Lovely!
-  Answer: {"operations": [{"op": "NEW", "content": "Is a nurse", "type": "fact"},
+  Answer: {"operations": [{"op": "NEW", "content": "Is a nurse", "type": "fact", "profile": true},
   {"op": "NEW", "content": "Lives in Oslo", "type": "fact"},
   {"op": "NEW", "content": "Sister Ana has two cats", "type": "fact"}]}
 - Existing memories: 1. Lives in Rome 2. Plays tennis 3. Is a nurse. USER: I moved to Madrid,

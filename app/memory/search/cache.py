@@ -43,6 +43,12 @@ class Brief(NamedTuple):
     type: str
     content: str
     created_at: datetime
+    observed_at: datetime
+    recall_count: int
+    """When the row was last read or written here: recalls do not bump the user's version (they
+    are bookkeeping), so this may lag the store until the memory or the index is rewritten. The
+    profile's order (:mod:`app.memory.search.profile`) can live with a slightly stale count; a
+    database read per chat to refresh it could not be afforded."""
 
 
 @dataclass(eq=False)
@@ -55,6 +61,9 @@ class UserIndex:
     lexical: LexicalIndex
     briefs: dict[int, Brief] = field(default_factory=dict)
     """What chat recall shows of each memory, so it needs no database read."""
+    standing: set[int] = field(default_factory=set)
+    """The keys of pinned and profile memories: shown in every chat, so kept apart rather than
+    found by scanning every brief on each recall."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __len__(self) -> int:
@@ -65,7 +74,13 @@ class UserIndex:
         self.vectors.add([r.key for r in rows], vectors)
         for row in rows:
             self.lexical.add(row.key, row.content)
-            self.briefs[row.key] = Brief(row.type, row.content, row.created_at)
+            self.briefs[row.key] = Brief(
+                row.type, row.content, row.created_at, row.observed_at, row.recall_count
+            )
+            if row.pinned or row.profile:
+                self.standing.add(row.key)
+            else:
+                self.standing.discard(row.key)  # unpinned or unmarked since
 
     def drop(self, keys: Sequence[int]) -> None:
         present = [k for k in keys if k in self.briefs]
@@ -73,6 +88,7 @@ class UserIndex:
         for key in present:
             self.lexical.remove(key)
             del self.briefs[key]
+            self.standing.discard(key)
 
 
 class IndexCache:
@@ -170,9 +186,10 @@ class IndexCache:
         entry = self._current_before(user_id, written.version)
         if entry is not None:
             rows = [
-                IndexRow(r.key, r.type, r.content, r.created_at, None, None)
+                IndexRow(r.key, r.type, r.content, r.created_at, None, None,
+                         r.pinned, r.profile, r.observed_at, r.recall_count)
                 for r in written.records
-            ]
+            ]  # fmt: skip
             entry.put(rows, vectors)
             entry.version = written.version
 

@@ -36,6 +36,7 @@ import numpy as np
 from app.memory.search.cache import IndexCache, UserIndex
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.lexical import Scores
+from app.memory.search.profile import Standing, standing
 
 OFFLOAD_ABOVE = 200_000
 """Dense searches over more vectors than this (~14 ms and up) run in a thread, not on the event
@@ -55,6 +56,15 @@ class Hit:
     lexical: float
     content: str
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """What a chat is shown: the profile (:mod:`app.memory.search.profile`) first, then the
+    memories its question found, none of them in the profile."""
+
+    profile: list[Standing]
+    hits: list[Hit]
 
 
 class Searcher:
@@ -89,15 +99,43 @@ class Searcher:
         embedding = asyncio.ensure_future(
             self._embed_background(query) if background else self._embedder.embed_query(query)
         )
+        found = await self._find(user_id, query, embedding, limit, min_score, types, 0)
+        return found.hits
+
+    async def recall(
+        self, user_id: str, query: str | None, *, limit: int, min_score: float, profile_tokens: int
+    ) -> Recalled:
+        """What a chat is shown: the profile within `profile_tokens`, then the memories
+        :meth:`search` finds for `query` (none without one) that are not in it, at most
+        `limit`. One check that the index is current serves both."""
+        embedding = asyncio.ensure_future(self._embedder.embed_query(query)) if query else None
+        return await self._find(user_id, query or "", embedding, limit, min_score, (),
+                                profile_tokens)  # fmt: skip
+
+    async def _find(
+        self,
+        user_id: str,
+        query: str,
+        embedding: asyncio.Future[np.ndarray] | None,
+        limit: int,
+        min_score: float,
+        types: Sequence[str],
+        profile_tokens: int,
+    ) -> Recalled:
         try:
             entry = await self._cache.get(user_id)
         except BaseException:
-            embedding.cancel()
+            if embedding is not None:
+                embedding.cancel()
             raise
-        if not len(entry):
-            embedding.cancel()
-            return []
+        if embedding is None or not len(entry):
+            if embedding is not None:
+                embedding.cancel()
+            async with entry.lock:
+                return Recalled(standing(entry, profile_tokens), [])
         async with entry.lock:
+            profile = standing(entry, profile_tokens)
+            shown = {s.key for s in profile}
             terms = entry.lexical.analyzer.query_terms(query)
             by_query = entry.lexical.score_terms(terms)
             vector = await embedding
@@ -107,11 +145,11 @@ class Searcher:
             else:
                 dense = entry.vectors.search(vector, wanted)
             hits = self._rank(entry, terms, by_query, vector, dense, wanted)
-        chosen = [h for h in hits if h.score >= min_score]
-        if types:
-            allowed = set(types)
-            chosen = [h for h in chosen if entry.briefs[h.key].type in allowed]
-        return chosen[:limit]
+            chosen = [h for h in hits if h.score >= min_score and h.key not in shown]
+            if types:
+                allowed = set(types)
+                chosen = [h for h in chosen if entry.briefs[h.key].type in allowed]
+        return Recalled(profile, chosen[:limit])
 
     async def _embed_background(self, query: str) -> np.ndarray:
         vector: np.ndarray = (await self._embedder.embed([query]))[0]

@@ -28,7 +28,9 @@ from app.memory.store.tables import (
     UserState,
 )
 
-IndexColumns: TypeAlias = "Row[int, str, str, datetime, bytes | None, str | None]"
+IndexColumns: TypeAlias = (
+    "Row[int, str, str, datetime, bytes | None, str | None, bool, bool, datetime, int]"
+)
 """A row of :func:`_index_query`, typed column by column, so mypy checks both the query that
 makes it and every unpacking of it. (When this took ``Any``, mypy let a query of five columns
 reach an unpacking of six.)"""
@@ -217,7 +219,9 @@ def _instant(value: datetime | str | None) -> datetime | None:
     return value
 
 
-def _index_query(user_id: str) -> Select[int, str, str, datetime, bytes | None, str | None]:
+def _index_query(
+    user_id: str,
+) -> Select[int, str, str, datetime, bytes | None, str | None, bool, bool, datetime, int]:
     """The columns an index reads (:class:`IndexRow`'s), of the user's memories: one query for
     the full build, the catch-up by sequence and the fetch by key alike."""
     return select(
@@ -227,12 +231,19 @@ def _index_query(user_id: str) -> Select[int, str, str, datetime, bytes | None, 
         Memory.created_at,
         Memory.embedding,
         Memory.embedding_model,
+        Memory.pinned,
+        Memory.profile,
+        Memory.observed_at,
+        Memory.recall_count,
     ).where(Memory.user_id == user_id)
 
 
 def _index_row(row: IndexColumns) -> IndexRow:
-    key, type_, content, created_at, embedding, model = row
-    return IndexRow(key, type_, content, aware(created_at), embedding, model)
+    key, type_, content, created_at, embedding, model, pinned, profile, observed, recalls = row
+    return IndexRow(
+        key, type_, content, aware(created_at), embedding, model,
+        pinned, profile, aware(observed), recalls,
+    )  # fmt: skip
 
 
 async def version_of(session: AsyncSession, user_id: str) -> int:

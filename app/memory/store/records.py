@@ -52,7 +52,8 @@ class NewMemory:
     """The source an import puts back (its line's), while the history says `source` wrote it."""
     recall_count: int = 0
     last_recalled_at: datetime | None = None
-    """Put back by an import that keeps ids (shown only: recall ranks by neither)."""
+    """Put back by an import that keeps ids (search ranks by neither; the count orders the
+    profile past its budget)."""
     profile: bool = False
     observed_at: datetime | None = None
     """When what it says was said; None: when it is written."""
@@ -130,6 +131,11 @@ class IndexRow:
     created_at: datetime
     embedding: bytes | None
     embedding_model: str | None
+    pinned: bool
+    profile: bool
+    observed_at: datetime
+    recall_count: int
+    """As read or written; recalls do not bump the version, so an index's copy may lag."""
 
 
 @dataclass(frozen=True, slots=True)
