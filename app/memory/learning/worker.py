@@ -203,13 +203,9 @@ class Worker:
             for i, f in enumerate(found, start=1)
         ]
         aliases = {s.alias: f.memory.id for s, f in zip(shown, found, strict=True)}
+        # The day the user said it, not today: "tomorrow" in a job that waited is that day's.
         operations = await self._manager.decide(
-            # the day the user said it, not today: "tomorrow" in a job that waited is that day's
-            job.model,
-            memories=shown,
-            context=context,
-            new=new,
-            now=job.created_at,
+            job.model, memories=shown, context=context, new=new, now=job.created_at
         )
         # Up to ~100 turns of 8,000 characters: stemming and searching them would hold the loop.
         grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown, new)
