@@ -204,6 +204,10 @@ class Settings(BaseSettings):
     role_aware: bool = True
     """Show the Manager both sides of the conversation, marked (only the user's words count);
     false: the user's messages only."""
+    episodes: bool = False
+    """Keep each user turn the Manager learns from as memories of kind ``episode`` (the user's
+    own words, in passages), written with the job's facts, each fact linked to its episodes.
+    Off until recall shows episodes apart from facts (issue 25)."""
     dedup_threshold: float = Field(default=0.9, ge=0.0, le=1.0)
     """A new memory this similar (cosine) to an existing one is not created a second time."""
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 BAD_REQUESTS = [
     ("empty content", "POST", "/v1/memories", {"content": ""}, 422, "content"),
     ("blank content", "POST", "/v1/memories", {"content": "   \n"}, 422, "content"),
+    ("NUL in content", "POST", "/v1/memories", {"content": "a\u0000b"}, 422, "content"),
+    ("NUL in a PATCH", "PATCH", "/v1/memories/{id}", {"content": "\u0000"}, 422, "content"),
+    ("NUL in an imported line", "POST", "/v1/memories/import", b'{"content": "\\u0000"}\n',
+     422, "line 1.content"),
     ("content too long", "POST", "/v1/memories", {"content": "x" * 201}, 422, "content"),
     ("content not a string", "POST", "/v1/memories", {"content": 5}, 422, "content"),
     ("missing content", "POST", "/v1/memories", {"type": "fact"}, 422, "content"),

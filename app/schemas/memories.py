@@ -43,6 +43,8 @@ def _content(value: str) -> str:
         raise ValueError("content must not be empty")
     if (why := lone_surrogate(value)) is not None:  # a "\ud800" escape: SQLite cannot store it
         raise ValueError(f"content {why}")
+    if "\x00" in value:  # PostgreSQL's text cannot hold it
+        raise ValueError("content must not contain the NUL character (\\u0000)")
     return value
 
 

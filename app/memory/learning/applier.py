@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.memory.learning.decisions import Op, Operation
+from app.memory.learning.episodes import episode_row, sources_of
 from app.memory.learning.grounding import Grounds
 from app.memory.learning.prompt import EXCHANGE
 from app.memory.search.parts import Embedded, decode, embed_for_store
@@ -89,12 +90,14 @@ class Applier:
         queue: JobQueue | None = None,
         grounds: Grounds | None = None,
         observed_at: datetime | None = None,
+        episodes: Sequence[str] = (),
     ) -> list[Applied]:
         """Apply a job's operations (`aliases`: the numbers shown -> memory ids). With `queue`,
         the job is deleted from it in the same transaction, and nothing is applied when it is
         already gone (applied by another process: :class:`JobGone`): exactly once. With
         `grounds`, what is not the user's words is refused (the module docstring).
-        `observed_at`: when the job's turns were said (now when None)."""
+        `observed_at`: when the job's turns were said (now when None). `episodes`: the texts of
+        the job's episodes, written in the same transaction, each fact linked to its own."""
         outcomes: list[Applied] = []
         planned: list[_Planned] = []
         for operation in operations:
@@ -108,14 +111,14 @@ class Applier:
                 outcomes.append(Applied(operation, "failed", reason=failure))
         writes = [p for p in planned if p.operation.op is not Op.DELETE]
         contents = [p.operation.content or "" for p in writes]
-        for plan, embedded in zip(
-            writes, await embed_for_store(self._service.embedder, contents), strict=True
-        ):
+        vectors = await embed_for_store(self._service.embedder, [*contents, *episodes])
+        for plan, embedded in zip(writes, vectors, strict=False):
             plan.embedded = embedded
+        kept = list(zip(episodes, vectors[len(contents) :], strict=True))
         outcomes += await self._skip_duplicates(user_id, planned)
         planned = [p for p in planned if p.embedded is not None or p.operation.op is Op.DELETE]
-        if planned or queue is not None:
-            outcomes += await self._commit(user_id, planned, job_id, queue, observed_at)
+        if planned or kept or queue is not None:
+            outcomes += await self._commit(user_id, planned, job_id, queue, observed_at, kept)
         return outcomes
 
     async def _skip_duplicates(self, user_id: str, planned: list[_Planned]) -> list[Applied]:
@@ -155,6 +158,7 @@ class Applier:
         job_id: str,
         queue: JobQueue | None,
         observed_at: datetime | None,
+        episodes: Sequence[tuple[str, Embedded]] = (),
     ) -> list[Applied]:
         outcomes: list[Applied] = []
         async with self._service.store.writing(user_id, MemorySource.MANAGER, job_id=job_id) as w:
@@ -220,6 +224,14 @@ class Applier:
                 )  # fmt: skip
                 w.create(created, detail=detail)
                 outcomes.append(Applied(operation, "created", created.id, detail))
+            kept = [episode_row(user_id, t, e, written=stamp, said=said) for t, e in episodes]
+            for row in kept:
+                w.create(row)
+            facts = [(o.memory_id, o.operation.content or "") for o in outcomes
+                     if o.result in ("created", "updated") and o.memory_id]  # fmt: skip
+            for fact_id, content in facts if kept else ():
+                for episode_id in sources_of(content, [(e.id, e.content) for e in kept]):
+                    w.link(fact_id, episode_id)
         return outcomes
 
 

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic_core
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -59,7 +60,18 @@ class Operation(BaseModel):
     """For NEW and UPDATE: a standing fact about the person (None: NEW false, UPDATE unchanged)."""
 
 
-Content = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
+def _without_nul(text: str) -> str:
+    """A model's text without NUL characters, which PostgreSQL's text cannot hold."""
+    if "\x00" in text and not (text := text.replace("\x00", "").strip()):
+        raise ValueError("content is empty once its NUL characters are taken out")
+    return text
+
+
+Content = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=4000),
+    AfterValidator(_without_nul),
+]
 Alias = Annotated[int, Field(ge=1)]
 
 

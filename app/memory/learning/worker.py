@@ -27,6 +27,7 @@ from pydantic_ai.messages import ModelRequest
 from app.config import Settings
 from app.memory.learning.applier import Applier, JobGone
 from app.memory.learning.decisions import Operation
+from app.memory.learning.episodes import episode_texts
 from app.memory.learning.extraction import CONTEXT_TURNS
 from app.memory.learning.grounding import Grounds, with_requests
 from app.memory.learning.jobs import JobQueue
@@ -35,6 +36,7 @@ from app.memory.learning.manager import Manager, ManagerAnswerUnusable, ManagerU
 from app.memory.learning.prompt import Shown
 from app.memory.learning.turns import text_of
 from app.memory.service import MemoryService
+from app.memory.store.tables import FactType
 from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.manager")
@@ -59,6 +61,7 @@ class Worker:
         self._service = service
         self._manager = manager
         self._applier = Applier(service, dedup_threshold=settings.dedup_threshold)
+        self._episodes = settings.episodes
         self._concurrency = settings.manager_concurrency
         self._attempts = settings.manager_job_attempts
         self._retry_seconds = settings.manager_retry_seconds
@@ -154,9 +157,11 @@ class Worker:
         try:
             operations, aliases, grounds = await self._decide(job)
             try:
+                context, new = job.turns()
+                episodes = episode_texts(context, new) if self._episodes else []
                 outcomes = await self._applier.apply(
                     job.user_id, operations, aliases, job_id=job.id, queue=self._queue,
-                    grounds=grounds, observed_at=job.created_at,
+                    grounds=grounds, observed_at=job.created_at, episodes=episodes,
                 )  # fmt: skip
             except JobGone:
                 self._metrics.jobs_skipped.inc()
@@ -195,9 +200,10 @@ class Worker:
         context, new = job.turns()
         context = context[-CONTEXT_TURNS:]
         query = " ".join(text_of(t) for t in new if isinstance(t, ModelRequest))[-2000:]
-        found = await self._service.search(
-            job.user_id, query or "-", limit=RELATED_MEMORIES, min_score=0.0, background=True
-        )
+        found = await self._service.search(  # facts: episodes are the user's words, not its own
+            job.user_id, query or "-", limit=RELATED_MEMORIES, min_score=0.0,
+            types=[t.value for t in FactType], background=True,
+        )  # fmt: skip
         shown = [
             Shown(i, f.memory.content, f.memory.type, f.memory.observed_at)
             for i, f in enumerate(found, start=1)

@@ -73,6 +73,13 @@ class Writer:
         self._wrote(row)
         self._event(row.id, EventAction.CREATED, after=row.content, detail=detail)
 
+    def link(self, fact_id: str, episode_id: str) -> None:
+        """Record that the fact `fact_id` was written from the episode `episode_id` (both this
+        user's, written in this unit or before)."""
+        link = MemoryLink(user_id=self.user_id, fact_id=fact_id, episode_id=episode_id)
+        link.created_at = now()
+        self._session.add(link)
+
     def update(self, row: Memory, *, before: str, detail: str | None = None) -> None:
         """`row` (one of :meth:`rows`) was changed in place; `before` is its former content,
         `detail` says what else changed."""

@@ -1,0 +1,138 @@
+"""What the user said in a job's new turns, as the texts of episodes.
+
+An episode keeps the user's own words beside the facts the Manager draws from them (issue 25):
+a fact loses what the user did not think to say twice, the words keep it. :func:`episode_texts`
+turns the job's new user turns into episode texts:
+
+- only the user's own words (:func:`~app.memory.learning.own_words.own_words`: no pasted email,
+  code, quotation or retrieved document), whitespace collapsed;
+- a long turn in passages of at most :data:`SENTENCES` sentences and :data:`PASSAGE_CHARS`
+  characters, cut between sentences (a sentence longer than that, between words);
+- a short answer to the assistant's question ("No.", "Twice a week") with that question, which
+  it needs to mean anything: ``No. (answering "Do you eat honey?")``.
+
+Nothing here writes: the applier stores the episodes (:func:`episode_row`) in the job's own
+unit of work, with a link from each fact the job wrote to the episodes it came from
+(:func:`sources_of`).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from pydantic_ai.messages import ModelMessage
+
+from app.memory.learning.own_words import own_words
+from app.memory.learning.turns import role_of, text_of
+from app.memory.search.lexical import STOP_WORDS
+from app.memory.search.parts import Embedded
+from app.memory.store.tables import Memory, MemorySource, MemoryType
+
+SENTENCES = 3
+"""Sentences in one passage at most: a passage is recalled whole, so it must stay on one
+subject."""
+PASSAGE_CHARS = 600
+SHORT_ANSWER_WORDS = 6
+"""An answer of at most this many words to a question of the assistant's is kept with it."""
+QUESTION_CHARS = 300
+"""Longest question kept beside a short answer (its end, where the question is)."""
+
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+|\n+")
+_QUESTION = re.compile(r"[^.!?\n]*\?")
+
+
+def episode_texts(context: Sequence[ModelMessage], new: Sequence[ModelMessage]) -> list[str]:
+    """The episodes of the user turns in `new` (`context`: the turns before them, for the
+    assistant's question a short answer replies to), in the order they were said."""
+    texts: list[str] = []
+    asked = _last_assistant(context)
+    for message in new:
+        if role_of(message) == "assistant":
+            asked = text_of(message)
+            continue
+        said = own_words(text_of(message)).replace("\x00", "")  # PostgreSQL's text refuses it
+        words = " ".join(said.split())
+        if not words:
+            continue
+        question = _question(asked) if len(words.split()) <= SHORT_ANSWER_WORDS else None
+        if question:
+            texts.append(f'{words} (answering "{question}")')
+        else:
+            texts.extend(passages(said))
+        asked = ""
+    return texts
+
+
+def passages(text: str) -> list[str]:
+    """`text` in passages of whole sentences (:data:`SENTENCES`, :data:`PASSAGE_CHARS`)."""
+    sentences = [" ".join(s.split()) for s in _SENTENCE_END.split(text)]
+    pieces = [piece for s in sentences if s for piece in _cut(s)]
+    out: list[str] = []
+    current: list[str] = []
+    for piece in pieces:
+        joined = " ".join([*current, piece])
+        if current and (len(current) >= SENTENCES or len(joined) > PASSAGE_CHARS):
+            out.append(" ".join(current))
+            current = []
+        current.append(piece)
+    if current:
+        out.append(" ".join(current))
+    return out
+
+
+def _cut(sentence: str) -> list[str]:
+    """A sentence longer than a passage, between words."""
+    if len(sentence) <= PASSAGE_CHARS:
+        return [sentence]
+    out, current = [], ""
+    for word in sentence.split(" "):
+        if current and len(current) + 1 + len(word) > PASSAGE_CHARS:
+            out.append(current)
+            current = ""
+        current = f"{current} {word}" if current else word[:PASSAGE_CHARS]
+    return [*out, current] if current else out
+
+
+def _last_assistant(context: Sequence[ModelMessage]) -> str:
+    for message in reversed(context):
+        if role_of(message) == "assistant":
+            return text_of(message)
+        return ""  # the user spoke last: their new turn answers nothing of the assistant's
+    return ""
+
+
+def _question(text: str) -> str | None:
+    """The last question the assistant's message ends with, or None when it asks nothing."""
+    stripped = text.rstrip()
+    if not stripped.endswith("?"):
+        return None
+    found = _QUESTION.findall(stripped[-QUESTION_CHARS:])
+    return " ".join(found[-1].split()) if found else None
+
+
+def episode_row(
+    user_id: str, text: str, embedded: Embedded, *, written: datetime, said: datetime
+) -> Memory:
+    """The memory of kind ``episode`` that keeps `text`, said at `said`."""
+    return Memory(
+        id=str(uuid.uuid4()), user_id=user_id, content=text, type=MemoryType.EPISODE.value,
+        meta={}, source=MemorySource.MANAGER.value, pinned=False, profile=False,
+        created_at=written, updated_at=written, observed_at=said, recall_count=0,
+        embedding=embedded.embedding, embedding_model=embedded.model,
+    )  # fmt: skip
+
+
+def sources_of(fact: str, episodes: Sequence[tuple[str, str]]) -> list[str]:
+    """The ids of the episodes (id, text) a fact was written from: those sharing the most of its
+    content words with it; all of them when none shares one (it came from this exchange)."""
+    words = _content_words(fact)
+    shared = [(len(words & _content_words(text)), memory_id) for memory_id, text in episodes]
+    best = max((count for count, _ in shared), default=0)
+    return [memory_id for count, memory_id in shared if count == best]
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", text.lower()) if w not in STOP_WORDS and len(w) > 2}
