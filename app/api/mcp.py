@@ -70,7 +70,9 @@ async def remember(
     ctx: Context,
     content: Statement,
     type: Annotated[TypeName, Field(description="What kind of memory it is.")] = "fact",
-    pinned: Annotated[bool, Field(description="True: never forgotten automatically.")] = False,
+    pinned: Annotated[
+        bool, Field(description="True: shown in every chat, never forgotten automatically.")
+    ] = False,
     profile: Annotated[
         bool,
         Field(

@@ -84,7 +84,8 @@ def _writing(actions: Any, user: argparse.ArgumentParser, machine: argparse.Argu
     edit.add_argument("--type", choices=TYPES)
     edit.add_argument("--metadata", help="a JSON object (replaces the old one)")
     edit.add_argument("--observed-at", help=OBSERVED)
-    pins = [("pin", "pin memories: never forgotten automatically"), ("unpin", "unpin memories"),
+    pins = [("pin", "pin memories: shown in every chat, never forgotten automatically"),
+            ("unpin", "unpin memories"),
             ("profile", "mark memories as profile facts: " + PROFILE),
             ("unprofile", "take the profile mark off memories")]  # fmt: skip
     for name, about in pins:

@@ -94,7 +94,8 @@ class MemoryCreate(_Strict):
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form JSON object, kept as given."""
     pinned: bool = False
-    """Pinned memories are never forgotten or deleted automatically."""
+    """Pinned memories are shown in every chat (with the profile) and never forgotten or deleted
+    automatically."""
     profile: StrictBool = False
     """A standing fact about the person (who they are, household, health and diet, lasting
     preferences, how they want answers): shown in every chat."""

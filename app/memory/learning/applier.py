@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.memory.learning.decisions import Op, Operation
-from app.memory.learning.episodes import episode_row, sources_of
+from app.memory.learning.episodes import is_episode, write_episodes
 from app.memory.learning.grounding import Grounds
 from app.memory.learning.prompt import EXCHANGE
 from app.memory.search.parts import Embedded, decode, embed_for_store
@@ -132,9 +132,9 @@ class Applier:
             if plan.embedded is None:
                 continue
             whole = plan.embedded.vectors[0]
-            keys, scores = entry.vectors.search(whole, 2)  # the memory updated may be one
+            keys, scores = entry.vectors.search(whole, 4)  # the memory updated may be one
             near = [(int(k), float(c)) for k, c in zip(keys, scores, strict=True)
-                    if c > self._threshold]  # fmt: skip
+                    if c > self._threshold and not is_episode(entry, int(k))][:2]  # fmt: skip
             rows = await self._service.store.get_many(user_id, [k for k, _ in near])
             others = [(rows[k].id if k in rows else None, c) for k, c in near
                       if k not in rows or rows[k].id != plan.memory_id]  # fmt: skip
@@ -224,14 +224,11 @@ class Applier:
                 )  # fmt: skip
                 w.create(created, detail=detail)
                 outcomes.append(Applied(operation, "created", created.id, detail))
-            kept = [episode_row(user_id, t, e, written=stamp, said=said) for t, e in episodes]
-            for row in kept:
-                w.create(row)
+            gone = {o.memory_id for o in outcomes if o.result == "deleted"}
             facts = [(o.memory_id, o.operation.content or "") for o in outcomes
-                     if o.result in ("created", "updated") and o.memory_id]  # fmt: skip
-            for fact_id, content in facts if kept else ():
-                for episode_id in sources_of(content, [(e.id, e.content) for e in kept]):
-                    w.link(fact_id, episode_id)
+                     if o.result in ("created", "updated") and o.memory_id
+                     and o.memory_id not in gone]  # fmt: skip
+            write_episodes(w, episodes, facts, written=stamp, said=said)
         return outcomes
 
 
@@ -249,9 +246,10 @@ def _plan(operation: Operation, aliases: dict[int, str], planned: list[_Planned]
     if operation.op is Op.DELETE:
         planned.append(_Planned(operation, known))
         return None
-    if not (operation.content or "").strip():
+    # NUL: PostgreSQL's text refuses it (a request to remember is written without the model)
+    operation.content = (operation.content or "").replace("\x00", "").strip()
+    if not operation.content:
         return f"{operation.op} without content"
-    operation.content = (operation.content or "").strip()
     if operation.content.startswith(PROMPT_ECHOES):
         return f"{operation.op} copies the prompt ({operation.content[:40]!r})"
     planned.append(_Planned(operation, known))

@@ -27,9 +27,11 @@ from pydantic_ai.messages import ModelMessage
 
 from app.memory.learning.own_words import own_words
 from app.memory.learning.turns import role_of, text_of
+from app.memory.search.cache import UserIndex
 from app.memory.search.lexical import STOP_WORDS
 from app.memory.search.parts import Embedded
 from app.memory.store.tables import Memory, MemorySource, MemoryType
+from app.memory.store.unit import Writer
 
 SENTENCES = 3
 """Sentences in one passage at most: a passage is recalled whole, so it must stay on one
@@ -57,7 +59,8 @@ def episode_texts(context: Sequence[ModelMessage], new: Sequence[ModelMessage]) 
         words = " ".join(said.split())
         if not words:
             continue
-        question = _question(asked) if len(words.split()) <= SHORT_ANSWER_WORDS else None
+        short = len(words.split()) <= SHORT_ANSWER_WORDS and len(words) <= PASSAGE_CHARS
+        question = _question(asked) if short else None
         if question:
             texts.append(f'{words} (answering "{question}")')
         else:
@@ -97,10 +100,9 @@ def _cut(sentence: str) -> list[str]:
 
 
 def _last_assistant(context: Sequence[ModelMessage]) -> str:
-    for message in reversed(context):
-        if role_of(message) == "assistant":
-            return text_of(message)
-        return ""  # the user spoke last: their new turn answers nothing of the assistant's
+    """What the assistant said last, when it spoke last (else the new turn answers nothing)."""
+    if context and role_of(context[-1]) == "assistant":
+        return text_of(context[-1])
     return ""
 
 
@@ -136,3 +138,28 @@ def sources_of(fact: str, episodes: Sequence[tuple[str, str]]) -> list[str]:
 
 def _content_words(text: str) -> set[str]:
     return {w for w in re.findall(r"\w+", text.lower()) if w not in STOP_WORDS and len(w) > 2}
+
+
+def write_episodes(
+    w: Writer,
+    episodes: Sequence[tuple[str, Embedded]],
+    facts: Sequence[tuple[str, str]],
+    *,
+    written: datetime,
+    said: datetime,
+) -> None:
+    """Create a job's episodes (text, embedding) in its unit of work `w`, and link each of the
+    job's facts (id, text) still there to the episodes it came from (:func:`sources_of`)."""
+    rows = [episode_row(w.user_id, t, e, written=written, said=said) for t, e in episodes]
+    for row in rows:
+        w.create(row)
+    for fact_id, content in facts if rows else ():
+        for episode_id in sources_of(content, [(row.id, row.content) for row in rows]):
+            w.link(fact_id, episode_id)
+
+
+def is_episode(index: UserIndex, key: int) -> bool:
+    """Whether the memory `key` of a user's index is an episode: the user's words, which a
+    fact never duplicates (a fact a model missed, said again, must still be written)."""
+    brief = index.briefs.get(key)
+    return brief is not None and brief.type == MemoryType.EPISODE.value

@@ -171,7 +171,7 @@ async function setPinned(item, memory) {
   const saved = await json("PATCH", `/v1/memories/${encodeURIComponent(memory.id)}`,
                            { body: { pinned: !memory.pinned } });
   replaceItem(item, saved);
-  toast(saved.pinned ? "Pinned: never forgotten or deleted automatically." : "Unpinned.");
+  toast(saved.pinned ? "Pinned: shown in every chat, never forgotten or deleted automatically." : "Unpinned.");
 }
 
 async function setProfile(item, memory) {

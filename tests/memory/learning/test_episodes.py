@@ -19,6 +19,7 @@ from app.memory.learning.episodes import PASSAGE_CHARS, SENTENCES, episode_texts
 from app.memory.learning.turns import turn
 from app.memory.service import MemoryService
 from app.memory.store.memories import MemoryStore
+from app.memory.store.records import NewMemory
 from app.memory.store.tables import MemoryLink, MemoryType
 from tests.conftest import AppClientFactory
 from tests.fakes import FakeEmbedder
@@ -159,3 +160,44 @@ def test_nul_characters_never_reach_the_database() -> None:
     assert New.model_validate({"op": "NEW", "content": "Likes\x00 tea"}).content == "Likes tea"
     with pytest.raises(ValidationError, match="NUL"):
         New.model_validate({"op": "NEW", "content": "\x00"})
+
+
+async def test_episodes_never_make_a_fact_a_duplicate_nor_keep_a_deleted_ones_link(
+    engine: AsyncEngine,
+) -> None:
+    """A fact said again, whose words an episode keeps, is still written; a fact the same job
+    updates then deletes leaves no link behind."""
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())  # type: ignore[arg-type]
+    said = "My daughter Mia plays the violin"
+    await Applier(service).apply("ann", [], {}, job_id="j", episodes=[said])
+    (outcome,) = await Applier(service).apply(
+        "ann", [Operation(op=Op.NEW, content=said)], {}, job_id="k"
+    )
+    assert outcome.result == "created"  # the episode holds the same words: no duplicate
+    (fact,) = (await service.add("ann", [NewMemory("Plays chess")])).records
+    outcomes = await Applier(service).apply("ann", [
+        Operation(op=Op.UPDATE, id=1, content="Plays chess on Sundays"),
+        Operation(op=Op.DELETE, id=1),
+    ], {1: fact.id}, job_id="l", episodes=["I play chess on Sundays."])  # fmt: skip
+    assert [o.result for o in outcomes] == ["updated", "deleted"]
+    async with service.store.sessions() as session:
+        assert (await session.execute(select(MemoryLink))).all() == []
+
+
+async def test_a_request_to_remember_with_a_nul_is_written_without_it(
+    engine: AsyncEngine,
+) -> None:
+    """ "Remember that ..." is written by rule, not through the model's schema: the applier
+    takes the NUL out (PostgreSQL refused the whole job)."""
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())  # type: ignore[arg-type]
+    operation = Operation(op=Op.NEW, content="Likes\x00 green tea")
+    (outcome,) = await Applier(service).apply("ann", [operation], {}, job_id="j")
+    memory = await service.get("ann", outcome.memory_id or "")
+    assert outcome.result == "created" and memory is not None
+    assert memory.content == "Likes green tea"
+
+
+def test_a_long_short_answer_is_kept_as_passages() -> None:
+    url = "https://example.com/" + "a" * 2000
+    (text, *rest) = episode_texts([turn("assistant", "What is your id?")], [turn("user", url)])
+    assert "answering" not in text and all(len(t) <= PASSAGE_CHARS for t in [text, *rest])
