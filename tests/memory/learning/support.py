@@ -45,6 +45,19 @@ class Remembering:
         return decided(info, {"operations": ops})
 
 
+class Prompted(Remembering):
+    """Remembering, keeping the text of every message the Manager was sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompts: list[str] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        parts = [p for m in messages for p in m.parts]
+        self.prompts.append(" ".join(str(getattr(p, "content", "")) for p in parts))
+        return super().__call__(messages, info)
+
+
 def services(client: httpx.AsyncClient) -> Any:
     return client._transport.app.state.services  # type: ignore[attr-defined]
 

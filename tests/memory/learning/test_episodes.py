@@ -8,8 +8,6 @@ from datetime import UTC, datetime
 import pytest
 import respx
 from pydantic import ValidationError
-from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models.function import AgentInfo
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,7 +21,7 @@ from app.memory.store.records import NewMemory
 from app.memory.store.tables import MemoryLink, MemoryType
 from tests.conftest import AppClientFactory
 from tests.fakes import FakeEmbedder
-from tests.memory.learning.support import ANN, Remembering, manager_client, no_jobs, until
+from tests.memory.learning.support import ANN, Prompted, Remembering, manager_client, no_jobs, until
 
 
 def test_a_short_answer_keeps_the_question_it_answers() -> None:
@@ -65,19 +63,6 @@ def test_a_long_turn_is_cut_into_passages_of_whole_sentences() -> None:
 
 
 SAID = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
-
-
-class Prompted(Remembering):
-    """Remembering, keeping the text of every message the Manager was sent."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.prompts: list[str] = []
-
-    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        parts = [p for m in messages for p in m.parts]
-        self.prompts.append(" ".join(str(getattr(p, "content", "")) for p in parts))
-        return super().__call__(messages, info)
 
 
 async def test_a_jobs_episodes_are_written_with_its_facts_and_linked(engine: AsyncEngine) -> None:

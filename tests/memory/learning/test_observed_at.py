@@ -8,8 +8,6 @@ from datetime import UTC, datetime
 
 import pytest
 import respx
-from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models.function import AgentInfo
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,22 +24,15 @@ from app.memory.store.records import NewMemory, now
 from app.memory.store.tables import FactType, ManagerJob, MemoryType
 from tests.conftest import AppClientFactory
 from tests.fakes import FakeEmbedder
-from tests.memory.learning.support import ANN, Remembering, manager_client, services, until
+from tests.memory.learning.support import (
+    ANN,
+    Prompted,
+    manager_client,
+    services,
+    until,
+)
 
 SAID = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
-
-
-class Dated(Remembering):
-    """Remembering, keeping the text of every message the Manager was sent."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.prompts: list[str] = []
-
-    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        parts = [p for m in messages for p in m.parts]
-        self.prompts.append(" ".join(str(getattr(p, "content", "")) for p in parts))
-        return super().__call__(messages, info)
 
 
 async def test_a_claimed_job_carries_when_it_was_queued(engine: AsyncEngine) -> None:
@@ -82,7 +73,7 @@ async def test_a_chat_s_memories_are_dated_by_the_chat(
     make_client: AppClientFactory, upstream_ok: respx.Route, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(app.memory.learning.jobs, "now", lambda: SAID)  # the job's clock
-    manager = Dated()
+    manager = Prompted()
     client = await manager_client(make_client, manager)
     response = await client.post("/v1/chat/completions", headers=ANN, json={
         "model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}],
