@@ -155,10 +155,8 @@ class Worker:
 
     async def _work(self, job: Job) -> None:
         try:
-            operations, aliases, grounds = await self._decide(job)
+            operations, aliases, grounds, episodes = await self._decide(job)
             try:
-                context, new = job.turns()
-                episodes = episode_texts(context, new) if self._episodes else []
                 outcomes = await self._applier.apply(
                     job.user_id, operations, aliases, job_id=job.id, queue=self._queue,
                     grounds=grounds, observed_at=job.created_at, episodes=episodes,
@@ -196,7 +194,9 @@ class Worker:
                 logger.info("job %s failed (%s); retrying in %.0f s", job.id, reason, delay)
                 _held(await self._queue.retry_later(job.id, reason, delay), job)
 
-    async def _decide(self, job: Job) -> tuple[list[Operation], dict[int, str], Grounds]:
+    async def _decide(self, job: Job) -> tuple[list[Operation], dict[int, str], Grounds, list[str]]:
+        """The Manager's operations, the aliases it was shown, the grounds its writes are
+        checked on, and the texts of the job's episodes (none when they are off)."""
         context, new = job.turns()
         context = context[-CONTEXT_TURNS:]
         query = " ".join(text_of(t) for t in new if isinstance(t, ModelRequest))[-2000:]
@@ -216,7 +216,8 @@ class Worker:
         # Up to ~100 turns of 8,000 characters: stemming and searching them would hold the loop.
         grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown, new)
         operations = await asyncio.to_thread(with_requests, operations, new, grounds)
-        return operations, aliases, grounds
+        episodes = await asyncio.to_thread(episode_texts, context, new) if self._episodes else []
+        return operations, aliases, grounds, episodes
 
 
 def _held(held: bool, job: Job) -> None:
