@@ -1,4 +1,8 @@
-"""Text another memory system puts into a chat: never the user's words, so memory leaves it out.
+"""Text another system puts into a chat: never the user's words, so memory leaves it out.
+
+:func:`user_words` is what memory reads of a message: its text without another memory's block
+(:func:`strip_foreign`) and without the documents and task text of Open WebUI's RAG template
+(:mod:`app.memory.openwebui_rag`), for the recall query and for the Manager's turns alike.
 
 Open WebUI's built-in memory (on unless turned off there) appends what it recalled to the first
 system message as one block (backend/open_webui/utils/memory.py)::
@@ -21,7 +25,11 @@ system message became a user message (Open WebUI sends the system prompt as a us
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.memory.block import remove_blocks
+from app.memory.openwebui_rag import question_of
+from app.schemas.openai import content_text
 
 OPENWEBUI_MEMORY_START = "<memory_context>"
 OPENWEBUI_MEMORY_END = "</memory_context>"
@@ -31,3 +39,17 @@ def strip_foreign(text: str) -> str:
     """`text` without Open WebUI's memory blocks (closed ones: an unclosed tag may be the user's
     own words), what surrounded them kept."""
     return remove_blocks(text, OPENWEBUI_MEMORY_START, OPENWEBUI_MEMORY_END)
+
+
+def user_words(content: Any) -> str:
+    """The words of a message's `content` (a string, or parts) that memory reads: of each text
+    part (Open WebUI fills its template into each), what :func:`strip_foreign` and
+    :func:`~app.memory.openwebui_rag.question_of` leave, non-empty ones joined by newlines."""
+    if isinstance(content, list | tuple):
+        texts = (content_text([part]) for part in content)
+        return "\n".join(words for text in texts if (words := _words(text)))
+    return _words(content_text(content))
+
+
+def _words(text: str) -> str:
+    return question_of(strip_foreign(text)) if text else text

@@ -1,8 +1,10 @@
 """Between a chat and recall: which text of the conversation to search the memories with.
 
-The query is the last user message. A message too short to mean anything on its own ("yes",
-"why?", "do it") is searched together with the turn before it (the assistant's last words and
-the user's message before them, up to :data:`CONTEXT_CHARS`). How the memories found are shown
+The query is the last user message: its own words (:func:`app.memory.foreign.user_words`), not
+the documents and task text Open WebUI's RAG template puts around the question. A message too
+short to mean anything on its own ("yes", "why?", "do it") is searched together with the turn
+before it (the assistant's last words and the user's message before them, up to
+:data:`CONTEXT_CHARS`). How the memories found are shown
 to the model is :mod:`app.memory.block`'s.
 """
 
@@ -14,9 +16,8 @@ from itertools import islice
 from typing import Any
 
 from app.memory.block import strip_block
-from app.memory.foreign import strip_foreign
+from app.memory.foreign import user_words
 from app.proxy.offload import text_pieces
-from app.schemas.openai import content_text
 
 MIN_QUERY_WORDS = 4
 """A last message with fewer words than this is searched with the turn before it."""
@@ -30,10 +31,11 @@ _WORDS = re.compile(r"\w+")
 
 def message_text(message: Any) -> str:
     """The text of a chat message: its string content or its text parts; memory blocks (ours and
-    Open WebUI's, :mod:`app.memory.foreign`) removed."""
+    Open WebUI's) and Open WebUI's RAG template around the question removed
+    (:func:`app.memory.foreign.user_words`)."""
     if not isinstance(message, dict):
         return ""
-    return strip_foreign(strip_block(content_text(message.get("content")))).strip()
+    return strip_block(user_words(message.get("content"))).strip()
 
 
 def recall_query(messages: Sequence[Any]) -> str | None:

@@ -16,9 +16,12 @@ apart):
   or a title, stays: "My favourite film is \"The Matrix\"");
 - a forwarded or quoted email, from its first sign (``From:`` and ``Subject:``-style header
   lines, ``-----Original Message-----``, ``On ... wrote:``) to the end of the turn;
-- Open WebUI's retrieval context: ``<context>`` and ``<source>`` elements, the template before
-  them when the turn begins with its ``### Task:``, and everything outside ``<user_query>`` when
-  the template has one;
+- Open WebUI's retrieval context: what its RAG template added around the question
+  (:func:`app.memory.openwebui_rag.added_spans`), blanked before any rule below reads the turn
+  (its task text's "like in the following example:" would mask the question); turns reach the
+  Manager without it already (:func:`app.memory.foreign.user_words`). Without Open WebUI's
+  ``<source>`` blocks: ``<context>`` and ``<source>`` elements, the template before them when
+  the turn begins with its ``### Task:``, and everything outside ``<user_query>``;
 - what a line introduces as a document ("Summarise this email:", "Here is the article below"):
   everything after it;
 - in a turn of several paragraphs, a paragraph of :data:`PASTED_CHARS` characters or more.
@@ -36,6 +39,8 @@ what the user tells of themselves in a long or structured message still counts.
 from __future__ import annotations
 
 import re
+
+from app.memory.openwebui_rag import added_spans
 
 QUOTED_WORDS = 5
 """A quotation this many words long or longer is someone else's passage, not a name."""
@@ -132,6 +137,8 @@ _PARAGRAPH = re.compile(r"[^\n](?:[^\n]|\n(?![ \t]*\n))*")
 def own_words(text: str) -> str:
     """`text` with what the user did not say themselves blanked out (see the module's
     docstring): the same length, every newline in place."""
+    if added := added_spans(text):  # Open WebUI's template: its own words trigger no rule
+        return own_words(_blank(text, added))
     spans: list[tuple[int, int]] = []
     query = _USER_QUERY.search(text)
     if query is not None:

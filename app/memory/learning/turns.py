@@ -8,13 +8,15 @@ A leaf of the learning package. The Manager consumes the history the proxy conve
 - the assistant's: a ``ModelResponse`` with one ``TextPart``.
 
 Everything else in the history (system prompts, tool calls and returns, images and files, another
-memory system's block) is left out: none of it is the user speaking. A job keeps its turns in
-PydanticAI's own JSON (:func:`dump`, :func:`load`), so the queue, the worker and the agent pass
-one type from the chat to the Manager.
+memory system's block, the documents and task text of Open WebUI's RAG template around the
+question: :func:`app.memory.foreign.user_words`) is left out: none of it is the user speaking. A
+job keeps its turns in PydanticAI's own JSON (:func:`dump`, :func:`load`), so the queue, the
+worker and the agent pass one type from the chat to the Manager.
 
 A turn's fingerprint is its identity across the client's resends of the whole conversation: a
 hash of it and the turn before it, whitespace-normalised (never the text itself), recorded when a
-job takes the turn.
+job takes the turn. It is the hash of the turn's words as above: Open WebUI fills its template
+into the last message only, and resends the plain question the next time, the same turn.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from app.memory.foreign import strip_foreign
+from app.memory.foreign import user_words
 from app.proxy.history import ConvertedHistory
 from app.proxy.offload import text_pieces
 from app.schemas.openai import content_text
@@ -99,11 +101,11 @@ def turns_of(history: ConvertedHistory, reply: str | None) -> Turns:
         if isinstance(message, ModelRequest):
             for part in message.parts:
                 if isinstance(part, UserPromptPart):
-                    found.append(("user", strip_foreign(content_text(part.content))))
+                    found.append(("user", user_words(part.content)))
         elif isinstance(message, ModelResponse):
             found.append(("assistant", text_of(message)))
     if history.prompt is not None:
-        found.append(("user", strip_foreign(content_text(history.prompt))))
+        found.append(("user", user_words(history.prompt)))
     if reply is not None:
         found.append(("assistant", reply))
     return Turns([(role, text) for role, text in found if text.strip()])
