@@ -141,6 +141,10 @@ class Settings(BaseSettings):
     memory_token_budget: int = Field(default=600, ge=0)
     """Most tokens (estimated at 4 characters each) the injected memories may take; the block's
     fixed one-sentence header (~45 tokens) comes on top."""
+    episode_share: float = Field(default=0.4, ge=0, le=1)
+    """The part of MEMPROXY_MEMORY_TOKEN_BUDGET the user's own words (episodes) may take; facts
+    take the rest. What one kind leaves unused goes to the other; 0 shows episodes only in
+    what facts leave."""
     profile_token_budget: int = Field(default=150, ge=0)
     """Most tokens the user's profile may take: their pinned memories and standing facts, shown in
     every chat whatever the question (past it: the most recalled, then the newest); 0 shows no
@@ -204,10 +208,10 @@ class Settings(BaseSettings):
     role_aware: bool = True
     """Show the Manager both sides of the conversation, marked (only the user's words count);
     false: the user's messages only."""
-    episodes: bool = False
+    episodes: bool = True
     """Keep each user turn the Manager learns from as memories of kind ``episode`` (the user's
-    own words, in passages), written with the job's facts, each fact linked to its episodes.
-    Off until recall shows episodes apart from facts (issue 25)."""
+    own words, in passages), written with the job's facts, each fact linked to its episodes;
+    recall shows them after the facts (MEMPROXY_EPISODE_SHARE)."""
     dedup_threshold: float = Field(default=0.9, ge=0.0, le=1.0)
     """A new memory this similar (cosine) to an existing one is not created a second time."""
 

@@ -1,7 +1,8 @@
 """Recall quality on LoCoMo-format conversations, through memproxy's HTTP memory API.
 
 For each conversation: every dialog turn becomes one memory of one user (``[<session date>]
-<speaker>: <text>``, plus `` (shares photo: <caption>)``), imported with ``/v1/memories/batch``;
+<speaker>: <text>``, plus `` (shares photo: <caption>)``), said at its session's date
+(``observed_at``, read as UTC), imported with ``/v1/memories/batch``;
 each question of categories 1-4 is asked with ``/v1/memories/search`` (``min_score`` 0, limit
 20), and the ranks of its evidence turns give recall@1/5/10/20 (share of a question's evidence
 in the top k, averaged over questions) and MRR, overall and per category, plus search latency.
@@ -28,6 +29,7 @@ import time
 import uuid
 from collections import defaultdict
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,19 @@ KS = (1, 5, 10, 20)
 
 def turns_of(conversation: dict[str, Any]) -> list[tuple[str, str]]:
     """(dia_id, memory text) for every turn, sessions in order."""
+    return [(dia, text) for dia, text, _ in dated_turns_of(conversation)]
+
+
+def session_time(text: str) -> datetime | None:
+    """A LoCoMo session's date ("1:56 pm on 8 May, 2023"), as UTC; None when not in that form."""
+    try:
+        return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def dated_turns_of(conversation: dict[str, Any]) -> list[tuple[str, str, datetime | None]]:
+    """(dia_id, memory text, when the session was) for every turn, sessions in order."""
     sessions = sorted(
         (int(m.group(1)), key)
         for key in conversation
@@ -55,7 +70,7 @@ def turns_of(conversation: dict[str, Any]) -> list[tuple[str, str]]:
             text = f"[{date}] {turn['speaker']}: {turn['text']}"
             if turn.get("blip_caption"):
                 text += f" (shares photo: {turn['blip_caption']})"
-            out.append((turn["dia_id"], text))
+            out.append((turn["dia_id"], text, session_time(date)))
     return out
 
 
@@ -82,19 +97,23 @@ async def evaluate(client: httpx.AsyncClient, data: list[dict[str, Any]]) -> dic
     imported = 0
     for sample in data:
         user = {"X-User-Id": f"locomo-{sample['sample_id']}-{uuid.uuid4().hex[:6]}"}
-        turns = turns_of(sample["conversation"])
+        turns = dated_turns_of(sample["conversation"])
         id_to_dia: dict[str, str] = {}
         started = time.perf_counter()
         for start in range(0, len(turns), 1000):
             chunk = turns[start : start + 1000]
-            body = {"memories": [{"content": text, "metadata": {"dia_id": d}} for d, text in chunk]}
+            body = {"memories": [
+                {"content": text, "metadata": {"dia_id": d}}
+                | ({"observed_at": said.isoformat()} if said else {})
+                for d, text, said in chunk
+            ]}  # fmt: skip
             response = await client.post("/v1/memories/batch", json=body, headers=user)
             response.raise_for_status()
-            for memory, (dia, _) in zip(response.json()["data"], chunk, strict=True):
+            for memory, (dia, _, _) in zip(response.json()["data"], chunk, strict=True):
                 id_to_dia[memory["id"]] = dia
         import_seconds += time.perf_counter() - started
         imported += len(turns)
-        known = {d for d, _ in turns}
+        known = {d for d, _, _ in turns}
         for qa in sample["qa"]:
             category = int(qa.get("category", 0))
             if category not in CATEGORIES:

@@ -113,6 +113,18 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("models")
 
 
+@pytest.fixture(scope="session")
+def bundled_embedder(model_cache: Path) -> Iterator[Any]:
+    """The real bundled embedder (fp32, as memories are embedded), for the tests whose figures
+    are the model's (measured thresholds)."""
+    from app.memory.search.embedder import Embedder, bundled_model_path
+    from app.memory.search.onnx_model import prepare
+
+    embedder = Embedder(prepare(bundled_model_path(), str(model_cache), quantize=False))
+    yield embedder
+    embedder.close()
+
+
 @pytest.fixture
 async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     """A migrated database of the test's own (on SQLite in a folder the engine must create)."""

@@ -65,11 +65,11 @@ async def test_a_page_on_another_port_writes_nothing(
         headers={"Content-Type": "application/json", **ANN},
     )
     assert answered.status_code == 200, answered.text
-    for _ in range(500):
-        if await count(client) == 1:
+    for _ in range(500):  # the fact and the user's words (an episode)
+        if await count(client) == 2:
             break
         await asyncio.sleep(0.01)
-    assert await count(client) == 1
+    assert await count(client) == 2
     imported = await client.post(
         "/v1/memories/import",
         content=PINNED,

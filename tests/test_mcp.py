@@ -251,3 +251,19 @@ async def test_open_server_takes_the_user_from_open_webui_s_header() -> None:
             assert (await call(dave, "recall", query="Oslo"))["memories"] == []
         (memory,) = (await memories(stack, **{"X-User-Id": "carol"}))["data"]
         assert (memory["user_id"], memory["content"]) == ("carol", "The user lives in Oslo")
+
+
+async def test_forget_takes_what_says_the_same_and_says_how_many(keyed: Stack) -> None:
+    gus = key("open") | {"X-User-Id": "gus"}
+    for content, kind in (("I am vegetarian.", "episode"), ("User is vegetarian", "fact"),
+                          ("Is vegan", "fact")):  # fmt: skip
+        response = await http(
+            keyed, "POST", "/v1/memories", gus, {"content": content, "type": kind}
+        )
+        assert response.status_code == 201, response.text
+    async with connect(keyed, **gus) as client:
+        fact = await call(client, "remember", content="Is vegetarian")
+        forgotten = await call(client, "forget", id=fact["id"])
+        assert (forgotten["id"], forgotten["also_deleted"]) == (fact["id"], 2)
+        left = await call(client, "list_memories")
+    assert [m["content"] for m in left["memories"]] == ["Is vegan"]

@@ -58,7 +58,9 @@ async def test_create_get_list_update_delete(client: httpx.AsyncClient) -> None:
     assert hits["data"] == []
 
     deleted = await client.delete(f"/v1/memories/{created['id']}", headers=ANN)
-    assert deleted.json() == {"id": created["id"], "object": "memory.deleted", "deleted": 1}
+    assert deleted.json() == {
+        "id": created["id"], "object": "memory.deleted", "deleted": 1, "also_deleted": [],
+    }  # fmt: skip
     assert_openai_error(await client.get(f"/v1/memories/{created['id']}", headers=ANN), 404)
     assert await count(client) == 1
 

@@ -242,8 +242,8 @@ def test_pin_unpin_and_history(capsys: pytest.CaptureFixture[str]) -> None:
 def test_reading_commands_do_not_load_the_model(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only add, search, import, index and edit of the content embed; the rest must not load
-    (maybe export) the model."""
+    """Only add, search, import, index, edit of the content and delete of ids (what says the
+    same goes too) embed; the rest must not load (maybe export) the model."""
     memory_id = run(capsys, "memories", "add", "--user", "ann", "Plays the cello")[1].strip()
 
     def no_model(*_: object) -> None:
@@ -262,7 +262,7 @@ def test_reading_commands_do_not_load_the_model(
         ["users", "list"],
         ["jobs", "list"],
         ["memories", "move", "--from", "ann", "--to", "bob"],
-        ["memories", "delete", "--user", "bob", memory_id],
+        ["memories", "delete", "--user", "bob", "--all", "--yes"],
     ):
         code = cli.main(argv)
         assert code == 0, (argv, capsys.readouterr())
@@ -270,6 +270,8 @@ def test_reading_commands_do_not_load_the_model(
         cli.main(["memories", "search", "--user", "ann", "cello"])
     with pytest.raises(AssertionError, match="the model was loaded"):  # so does new content
         cli.main(["memories", "edit", "--user", "ann", "some-id", "--content", "Plays"])
+    with pytest.raises(AssertionError, match="the model was loaded"):  # and a delete of ids
+        cli.main(["memories", "delete", "--user", "ann", "some-id"])
 
 
 def test_counts_are_pluralised(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -193,7 +193,7 @@ def test_try_it_walkthrough_remembers_and_recalls(proxy_url: str) -> None:
     while not claimed(listed).fullmatch(out := run(listing, proxy_url).strip()):
         assert time.monotonic() < deadline, f"the README's listing never showed up: {out}"
         time.sleep(0.2)
-    assert len(orjson.loads(out)["data"]) == 1
+    assert [m["type"] for m in orjson.loads(out)["data"]] == ["episode", "fact"]
     out = run(recall, proxy_url).replace("\r\n", "\n").strip()
     assert claimed(recalled).fullmatch(out), out
     headers, body = out.split("\n\n", 1)

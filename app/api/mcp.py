@@ -38,7 +38,7 @@ from app.deps import Services, chat_user, client_key
 from app.errors import MemproxyError, ServerBusy
 from app.memory.store.records import MemoryRecord, NewMemory
 from app.memory.store.tables import MemoryType
-from app.schemas.mcp import Hit, Item, Page, Recalled, Remembered, Stats
+from app.schemas.mcp import Forgotten, Hit, Item, Page, Recalled, Remembered, Stats
 from app.schemas.memories import MemoryCreate, MemorySearch, check_length
 
 MCP_PATH = "/mcp"
@@ -144,14 +144,18 @@ async def update_memory(
     return _result(_item(record))
 
 
-async def forget(ctx: Context, id: Id) -> Annotated[CallToolResult, Item]:
+async def forget(ctx: Context, id: Id) -> Annotated[CallToolResult, Forgotten]:
     """Delete one of the user's memories for good, when the user asks you to forget it or it is
-    wrong. Find the id with recall or list_memories first. Returns the memory deleted."""
+    wrong. Find the id with recall or list_memories first. A fact goes with the user's words it
+    was learned from and the memories that say the same. Returns the memory deleted, and how
+    many went with it."""
     caller = _caller(ctx)
     record = await caller.services.memory.get(caller.user_id, id)
-    if record is None or not await caller.services.memory.delete(caller.user_id, [id]):
+    removed = await caller.services.memory.delete(caller.user_id, [id]) if record else None
+    if record is None or removed is None or not removed.ids:
         raise ToolError(UNKNOWN.format(id))
-    return _result(_item(record))
+    item = _item(record).model_dump()
+    return _result(Forgotten.model_validate(item | {"also_deleted": len(removed.also)}))
 
 
 async def memory_stats(ctx: Context) -> Annotated[CallToolResult, Stats]:

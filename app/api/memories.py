@@ -252,9 +252,13 @@ async def update_memory(
 
 @router.delete("/{memory_id}", responses=_ERRORS)
 async def delete_memory(memory_id: str, caller: MemoryCallerDep) -> Deleted:
-    if not await caller.memory.delete(caller.user_id, [memory_id]):
+    """A fact goes with the episodes it was written from and the memories that say the same
+    (``also_deleted``); an episode goes alone."""
+    removed = await caller.memory.delete(caller.user_id, [memory_id])
+    if not removed.ids:
         raise _not_found(memory_id)
-    return Deleted(id=memory_id, deleted=1)
+    also = [MemoryPublic.of(r) for r in removed.also]
+    return Deleted(id=memory_id, deleted=1 + len(also), also_deleted=also)
 
 
 @router.api_route(

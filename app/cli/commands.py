@@ -15,6 +15,9 @@
 ``memproxy index rebuild [--user U]``      re-embed and check the search indexes
 ``memproxy jobs list|retry [--user U]``    the Manager's queue: counts, failures, the user's
                                            jobs; re-queue failures (all, or ``--job ID``)
+``memproxy learn FILE --user U``           learn from past conversations: an Open WebUI chat
+                                           export or ChatGPT's conversations.json, queued for
+                                           the Manager (app/cli/learn.py)
 ``memproxy fake-upstream [--port P]``      run a fake OpenAI-compatible model server, for trying
                                            memproxy (and its README examples) without a real LLM
 
@@ -23,7 +26,7 @@ default is MEMPROXY_DATABASE_URL) and says on its first line of stderr which one
 ``serve``, ``db upgrade``, ``memories add|import`` create a missing SQLite database: the others
 exit 2 naming the path they looked at, rather than report an empty new one.
 
-The memory, users, jobs and index commands take ``--json``: machine output alone on stdout.
+The memory, users, jobs, index and learn commands take ``--json``: machine output alone on stdout.
 
 A bad setting, or a database that cannot be opened, is one line each on stderr and exit status 2,
 for every command (caught in :func:`main`, nowhere else); so is an embedding-model export in the
@@ -92,7 +95,7 @@ def _dispatch(args: argparse.Namespace, embedder: TextEmbedder | None) -> int:
     if args.command == "serve":
         _check_database(args, settings, create=True)  # its start-up lines name the database
         return _serve(settings)  # which logs the unknown-variable warnings, in its log format
-    if args.command not in ("db", "memories", "users", "index", "jobs"):
+    if args.command not in ("db", "memories", "users", "index", "jobs", "learn"):
         _warn_unknown()
         return _prepare_model(settings) if args.command == "model" else _ready(args, settings)
     action = (args.command, getattr(args, "action", ""))

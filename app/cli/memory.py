@@ -1,5 +1,6 @@
-"""``memproxy memories ...``, ``users list``, ``jobs`` and ``index rebuild``: the memory API for
-operators, straight on the database (same service, same validation, same limits as the HTTP API).
+"""``memproxy memories ...``, ``users list``, ``jobs``, ``index rebuild`` and ``learn``: the
+memory API for operators, straight on the database (same service, same validation, same limits as
+the HTTP API).
 
     memproxy memories list    --user U [--type T] [--contains TEXT] [--profile|--no-profile]
                               [--limit N]
@@ -23,6 +24,8 @@ operators, straight on the database (same service, same validation, same limits 
                                         and check every user's index builds
     memproxy jobs list|retry [--user U] [--job ID]   the Manager's queue: counts, failures and
                                         the user's jobs; queue failed jobs again
+    memproxy learn FILE --user U [--format auto|openwebui|chatgpt] [--model M] [--no-wait]
+                                        past conversations queued for the Manager (learn.py)
 
 Every one takes ``--database``, and ``--json``: machine output alone on stdout (JSON Lines for
 lists, one JSON object for a result; export writes JSON Lines either way), notes on stderr
@@ -45,7 +48,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from app.cli import admin, memory_read, memory_write
+from app.cli import admin, learn, memory_read, memory_write
 from app.cli.show import Command, describe
 from app.config import Settings
 from app.errors import InvalidRequest, MemproxyError
@@ -57,15 +60,16 @@ from app.memory.store.memories import MemoryStore
 from app.proxy.identity import clean_user_id
 
 NEEDS_MODEL = {"add", "search", "import", "index"}
-"""The commands that embed (and `edit --content`)."""
+"""The commands that embed (and `edit --content`, and `delete` of ids: what says the same as a
+fact deleted goes with it, found by meaning)."""
 
 _HANDLERS: dict[str, Callable[[Command], Awaitable[int]]] = (
-    memory_read.HANDLERS | memory_write.HANDLERS | admin.HANDLERS
+    memory_read.HANDLERS | memory_write.HANDLERS | admin.HANDLERS | learn.HANDLERS
 )
 
 
 def run(args: argparse.Namespace, settings: Settings, embedder: TextEmbedder | None = None) -> int:
-    """Run a `memories`, `users`, `index` or `jobs` command; `embedder` replaces the model
+    """Run a `memories`, `users`, `index`, `jobs` or `learn` command; `embedder` replaces the model
     (tests). Bad input is one line on stderr and exit status 2."""
     console = Console(stderr=True, highlight=False)
     try:
@@ -92,7 +96,11 @@ def _check_users(args: argparse.Namespace) -> None:
 
 def needs_model(args: argparse.Namespace) -> bool:
     """Whether the command embeds: only then is the model loaded."""
-    return args.handler in NEEDS_MODEL or (args.handler == "edit" and args.content is not None)
+    return (
+        args.handler in NEEDS_MODEL
+        or (args.handler == "edit" and args.content is not None)
+        or (args.handler == "delete" and not args.all)
+    )
 
 
 async def _run(

@@ -1,4 +1,4 @@
-"""The arguments of ``memproxy memories|users|jobs|index`` (app/cli/commands.py adds them;
+"""The arguments of ``memproxy memories|users|jobs|index|learn`` (app/cli/commands.py adds them;
 app/cli/memory.py runs them). Every command's parser sets ``handler``: the name app/cli/memory.py
 runs it by.
 
@@ -36,6 +36,7 @@ def add_parsers(commands: Any, database: argparse.ArgumentParser) -> None:
     _reading(actions, user)
     _writing(actions, user, machine)
     _admin(commands, machine)
+    _learn(commands, user)
 
 
 def _command(actions: Any, name: str, parent: argparse.ArgumentParser, about: str) -> Any:
@@ -135,3 +136,26 @@ def _admin(commands: Any, machine: argparse.ArgumentParser) -> None:
     index.set_defaults(handler="index")
     index.add_argument("action", choices=["rebuild"])
     index.add_argument("--user", help="only this user (default: every user)")
+
+
+def _learn(commands: Any, user: argparse.ArgumentParser) -> None:
+    about = (
+        "learn from past conversations: an Open WebUI chat export or ChatGPT's "
+        "conversations.json, queued for the Manager of a running memproxy serve"
+    )
+    learn = commands.add_parser("learn", parents=[user], help=about, description=about)
+    learn.set_defaults(handler="learn")
+    learn.add_argument("file", help="the export (JSON)")
+    learn.add_argument(
+        "--format", choices=["auto", "openwebui", "chatgpt"], default="auto",
+        help="the export's format (default: told by its first conversation)",
+    )  # fmt: skip
+    learn.add_argument(
+        "--model",
+        help="the model the Manager learns with (default MEMPROXY_MANAGER_MODEL, else each "
+        "Open WebUI chat's own)",
+    )
+    learn.add_argument(
+        "--no-wait", action="store_true",
+        help="return once the jobs are queued, without waiting for the Manager to learn them",
+    )  # fmt: skip

@@ -183,9 +183,13 @@ async def _delete(c: Command) -> int:
         return c.finish({"deleted": deleted}, note)
     if not args.ids:
         raise ValueError("name the ids to delete, or --all --yes")
-    deleted = await c.memory.delete(args.user, args.ids, actor=CLI)
-    result = {"deleted": deleted, "requested": len(args.ids)}
-    return c.finish(result, f"deleted {deleted} of {len(args.ids)}", ok=deleted == len(args.ids))
+    removed = await c.memory.delete(args.user, args.ids, actor=CLI)
+    deleted, also = len(removed.ids), [r.id for r in removed.also]
+    result = {"deleted": deleted, "requested": len(args.ids), "also_deleted": also}
+    note = f"deleted {deleted} of {len(args.ids)}"
+    if also:  # the episodes they were written from, memories saying the same
+        note += f", and {plural(len(also), 'memory', 'memories')} that went with them"
+    return c.finish(result, note, ok=deleted == len(args.ids))
 
 
 async def _move(c: Command) -> int:

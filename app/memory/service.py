@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, Unpack
 
-from app.memory.block import estimate_tokens, fit_budget, memory_line
 from app.memory.search.cache import IndexCache
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.parts import decode, embed_for_store, vector_model
-from app.memory.search.ranking import Hit, Recalled, Searcher
+from app.memory.search.ranking import Hit, Recalled, Searcher, Shares
+from app.memory.search.restating import restatements
 from app.memory.store.events import Event
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import (
@@ -110,12 +111,34 @@ class MemoryService:
 
     async def delete(
         self, user_id: str, memory_ids: Sequence[str], *, actor: MemorySource = MemorySource.API
-    ) -> int:
-        deleted = await self.store.delete(user_id, memory_ids, actor=actor)
+    ) -> Removed:
+        """Delete these memories of the user (unknown ids are ignored): a fact with the episodes
+        it was written from and the memories that say the same (:meth:`restatements`), so that
+        what is forgotten stays forgotten (:meth:`app.memory.store.unit.Writer.delete`).
+        ``Removed.ids``: those asked for that were deleted; ``Removed.also``: the others."""
+        same = await self.restatements(user_id, memory_ids)
+        deleted = await self.store.delete(user_id, memory_ids, actor=actor, same=same)
         self.cache.deleted(user_id, deleted)
-        return deleted.count
+        return deleted
+
+    async def restatements(
+        self, user_id: str, memory_ids: Sequence[str]
+    ) -> dict[str, dict[int, float]]:
+        """For each of these memories that is a fact (not an episode), by id: the user's other
+        memories that say what it says, key -> cosine (:mod:`app.memory.search.restating`)."""
+        records = [await self.store.get(user_id, i) for i in dict.fromkeys(memory_ids)]
+        facts = [r for r in records if r is not None and r.type != MemoryType.EPISODE.value]
+        if not facts:
+            return {}
+        index = await self.cache.get(user_id)
+        return {
+            fact.id: await restatements(index, self.embedder, fact.key, fact.content)
+            for fact in facts
+        }
 
     async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> int:
+        """Delete every memory of the user, facts and episodes, and what is kept about them
+        (:meth:`MemoryStore.delete_all`): how many memories."""
         deleted = await self.store.delete_all(user_id, actor=actor)
         self.cache.deleted(user_id, deleted)
         return deleted.count
@@ -178,12 +201,14 @@ class MemoryService:
         min_score: float,
         types: Sequence[str] = (),
         background: bool = False,
+        now: datetime | None = None,
     ) -> list[Found]:
         """Ranked as chat recall ranks (:mod:`app.memory.search.ranking`), with the memories
-        loaded."""
+        loaded; `now`: when the query is asked (default now)."""
         hits = await self.searcher.search(
-            user_id, query, limit=limit, min_score=min_score, types=types, background=background
-        )
+            user_id, query, limit=limit, min_score=min_score, types=types,
+            background=background, now=now,
+        )  # fmt: skip
         records = await self.store.get_many(user_id, [h.key for h in hits])
         return [Found(records[h.key], h) for h in hits if h.key in records]
 
@@ -196,24 +221,24 @@ class MemoryService:
         min_score: float,
         budget_tokens: int,
         profile_tokens: int = 0,
+        episode_share: float = 0.0,
     ) -> Recalled:
-        """What chat injects: the profile within `profile_tokens`, then the search for `query`
-        (without the profile's memories) within `budget_tokens`. Both carry what the memory
-        block shows (from the index: no database read on this path)."""
+        """What chat injects: the profile within `profile_tokens`, then what the search finds
+        for `query` (without the profile's memories) within `budget_tokens`, of which episodes
+        may take `episode_share` (:mod:`app.memory.search.selection`). Both carry what the
+        memory block shows (from the index: no database read on this path)."""
+        shares = Shares(profile_tokens, budget_tokens, episode_share)
         found = await self.searcher.recall(
-            user_id, query, limit=limit, min_score=min_score, profile_tokens=profile_tokens
+            user_id, query, limit=limit, min_score=min_score, shown=shares
         )
-        hits = found.hits
-        kept = fit_budget(hits, budget_tokens)
-        if hits and not kept and not self._budget_warned:
+        if found.relevant and not found.hits and not self._budget_warned:
             self._budget_warned = True  # once per process: the setting, not the chat, is wrong
             logger.warning(
-                "MEMPROXY_MEMORY_TOKEN_BUDGET=%d is smaller than every relevant memory found "
-                "(the shortest takes %d tokens): nothing was injected",
+                "MEMPROXY_MEMORY_TOKEN_BUDGET=%d is smaller than every relevant memory found: "
+                "nothing was injected",
                 budget_tokens,
-                min(estimate_tokens(memory_line(h)) for h in hits),
             )
-        return Recalled(found.profile, kept)
+        return found
 
     async def mark_recalled(self, user_id: str, keys: Sequence[int]) -> None:
         await self.store.mark_recalled(user_id, keys)

@@ -24,6 +24,13 @@ class Remembered(Item):
     already_existed: bool = Field(description="True: the user already had this memory.")
 
 
+class Forgotten(Item):
+    also_deleted: int = Field(
+        description="How many other memories went with it: the user's words it was learned "
+        "from, and memories that said the same."
+    )
+
+
 class Hit(_Memory):
     score: float = Field(description="Relevance, 0-1.")
 

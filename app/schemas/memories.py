@@ -212,7 +212,10 @@ class Deleted(BaseModel):
     id: str | None = None
     object: Literal["memory.deleted"] = "memory.deleted"
     deleted: int
-    """How many memories were deleted."""
+    """How many memories were deleted (with those that went with it)."""
+    also_deleted: list[MemoryPublic] = []
+    """Deleting a fact deletes what would say it again: the episodes it was written from and
+    the memories that say the same. Those, as they were (to show, or to put back by import)."""
 
 
 class ImportResult(BaseModel):

@@ -89,6 +89,7 @@ class ChatMemory:
         self._threshold = settings.relevance_threshold
         self._budget = settings.memory_token_budget
         self._profile_budget = settings.profile_token_budget
+        self._episode_share = settings.episode_share
         self._timeout = settings.recall_timeout_seconds
         self._write_seconds = settings.job_write_timeout_seconds
 
@@ -168,6 +169,7 @@ class ChatMemory:
             min_score=self._threshold,
             budget_tokens=self._budget,
             profile_tokens=self._profile_budget,
+            episode_share=self._episode_share,
         )
 
     async def after_response(self, ctx: RequestContext, completion: Completion) -> None:

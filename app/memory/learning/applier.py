@@ -9,18 +9,23 @@ job's id):
   ``profile`` marks what is created or updated as a standing fact (shown in every chat); an
   UPDATE without it leaves the memory's mark as it is.
   What a job writes (created or updated) is observed when the job's turns were said
-  (`observed_at`: the job's ``created_at``).
+  (`observed_at`: the job's ``created_at``), and the relative dates in its text are written as
+  absolute dates from that day (:mod:`app.memory.learning.dates`: "yesterday" -> "on 23
+  November 2026"), after the grounds are checked and before the duplicates.
 - UPDATE and DELETE must name a memory the Manager was shown; any other id (or none) fails and is
   logged. UPDATE of a shown memory updates it (or creates, when it was deleted since, or when
-  the new text is unrelated to it: :data:`UNRELATED_BELOW`); DELETE deletes it. A pinned memory
-  is never deleted by the Manager.
-- Guards: a memory that is a line of the prompt (:data:`PROMPT_ECHOES`) fails; given the job's
+  the new text is unrelated to it: :data:`~app.memory.learning.planning.UNRELATED_BELOW`);
+  DELETE deletes it, with the episodes it was written from and the memories that say the
+  same, as every deletion of a fact does (:meth:`app.memory.service.MemoryService.delete`).
+  A pinned memory is never deleted by the Manager.
+- Guards: a memory that is a line of the prompt
+  (:data:`~app.memory.learning.planning.PROMPT_ECHOES`) fails; given the job's
   :class:`~app.memory.learning.grounding.Grounds`, a NEW or UPDATE whose words are not the
-  user's is ``ungrounded`` and changes nothing; an UPDATE to the text the memory already holds is
-  ``unchanged`` (no write, no history); a creation or update whose
-  content is a near-duplicate of one of the user's memories (cosine of
-  the best-matching part above ``MEMPROXY_DEDUP_THRESHOLD``; for an update, of another memory than
-  the one it updates), or of an earlier operation of the same job, writes nothing.
+  user's is ``ungrounded`` and changes nothing; an UPDATE to the text the memory already holds
+  is ``unchanged`` (no write, no history); a creation or update whose content is a
+  near-duplicate of one of the user's memories (cosine of the best-matching part above
+  ``MEMPROXY_DEDUP_THRESHOLD``; for an update, of another memory than the one it updates), or
+  of an earlier operation of the same job, writes nothing.
 
 Every operation gets an :class:`Applied`; none raises.
 """
@@ -28,9 +33,8 @@ Every operation gets an :class:`Applied`; none raises.
 from __future__ import annotations
 
 import logging
-import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -38,10 +42,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.memory.learning.decisions import Op, Operation
-from app.memory.learning.episodes import is_episode, write_episodes
+from app.memory.learning.episodes import index_keys, is_episode, write_episodes
 from app.memory.learning.grounding import Grounds
-from app.memory.learning.prompt import EXCHANGE
-from app.memory.search.parts import Embedded, decode, embed_for_store
+from app.memory.learning.planning import Planned, plan_operation, same_words, unrelated_cosine
+from app.memory.search.parts import Embedded, embed_for_store
 from app.memory.service import MemoryService
 from app.memory.store.records import in_utc, now
 from app.memory.store.tables import Memory, MemorySource, MemoryType
@@ -66,13 +70,8 @@ class Applied:
     memory_id: str | None = None
     """The memory created, changed or deleted; for `duplicate`, the one it duplicates."""
     reason: str | None = None
-
-
-@dataclass(slots=True)
-class _Planned:
-    operation: Operation
-    memory_id: str | None  # the memory to change or delete; None: create
-    embedded: Embedded | None = None
+    also: tuple[str, ...] = ()
+    """For `deleted`: the memories that went with it (its episodes, those saying the same)."""
 
 
 class Applier:
@@ -99,29 +98,38 @@ class Applier:
         `observed_at`: when the job's turns were said (now when None). `episodes`: the texts of
         the job's episodes, written in the same transaction, each fact linked to its own."""
         outcomes: list[Applied] = []
-        planned: list[_Planned] = []
+        planned: list[Planned] = []
         for operation in operations:
             if grounds is not None and (refusal := grounds.refusal(operation)):
                 logger.info("job %s: %s refused: %s", job_id, operation.op, refusal)
                 outcomes.append(Applied(operation, "ungrounded", reason=refusal))
                 continue
-            failure = _plan(operation, aliases, planned)
+            failure = plan_operation(operation, aliases, planned, observed_at or now())
             if failure is not None:
                 logger.warning("job %s: %s operation failed: %s", job_id, operation.op, failure)
                 outcomes.append(Applied(operation, "failed", reason=failure))
         writes = [p for p in planned if p.operation.op is not Op.DELETE]
         contents = [p.operation.content or "" for p in writes]
-        vectors = await embed_for_store(self._service.embedder, [*contents, *episodes])
-        for plan, embedded in zip(writes, vectors, strict=False):
+        vectors = await embed_for_store(self._service.embedder, contents)
+        for plan, embedded in zip(writes, vectors, strict=True):
             plan.embedded = embedded
-        kept = list(zip(episodes, vectors[len(contents) :], strict=True))
         outcomes += await self._skip_duplicates(user_id, planned)
         planned = [p for p in planned if p.embedded is not None or p.operation.op is Op.DELETE]
+        # An episode is found by its words and the facts drawn from them (episodes.index_keys).
+        facts = [p.operation.content or "" for p in planned if p.embedded is not None]
+        keys = index_keys(episodes, facts)
+        kept = list(zip(episodes, keys, await embed_for_store(self._service.embedder, keys),
+                        strict=True))  # fmt: skip
+        # what says the same as a memory deleted goes with it (MemoryService.delete's rule)
+        deleting = [p.memory_id for p in planned if p.operation.op is Op.DELETE and p.memory_id]
+        same = await self._service.restatements(user_id, deleting) if deleting else {}
         if planned or kept or queue is not None:
-            outcomes += await self._commit(user_id, planned, job_id, queue, observed_at, kept)
+            outcomes += await self._commit(
+                user_id, planned, job_id, queue, observed_at, kept, same=same
+            )
         return outcomes
 
-    async def _skip_duplicates(self, user_id: str, planned: list[_Planned]) -> list[Applied]:
+    async def _skip_duplicates(self, user_id: str, planned: list[Planned]) -> list[Applied]:
         """Drop (mark with `embedded` None) creations and updates whose text repeats another
         memory or an earlier operation of the job: small models UPDATE several memories with
         one text, which turned them into copies and lost what they held."""
@@ -154,16 +162,20 @@ class Applier:
     async def _commit(
         self,
         user_id: str,
-        planned: list[_Planned],
+        planned: list[Planned],
         job_id: str,
         queue: JobQueue | None,
         observed_at: datetime | None,
-        episodes: Sequence[tuple[str, Embedded]] = (),
+        episodes: Sequence[tuple[str, str, Embedded]] = (),
+        *,
+        same: Mapping[str, Mapping[int, float]] | None = None,
     ) -> list[Applied]:
         outcomes: list[Applied] = []
         async with self._service.store.writing(user_id, MemorySource.MANAGER, job_id=job_id) as w:
             if queue is not None and not await queue.consume(w, job_id):
                 raise JobGone(job_id)
+            if any(p.operation.op is Op.DELETE for p in planned):
+                await w.lock()  # a delete elsewhere must not take what this job reads next
             rows = await w.rows([p.memory_id for p in planned if p.memory_id])
             stamp = now()
             said = in_utc(observed_at) if observed_at is not None else stamp
@@ -172,20 +184,25 @@ class Applier:
                 operation = plan.operation
                 row = rows.get(plan.memory_id) if plan.memory_id else None
                 if operation.op is Op.DELETE:
-                    if row is None:
+                    if row is None and plan.memory_id in w.gone:
+                        outcomes.append(Applied(operation, "deleted", plan.memory_id,
+                                                "went with a memory this job deleted"))  # fmt: skip
+                    elif row is None:
                         outcomes.append(Applied(operation, "failed", plan.memory_id,
                                                 "no such memory (deleted since?)"))  # fmt: skip
                     elif row.pinned:
                         outcomes.append(Applied(operation, "failed", row.id, "pinned"))
-                    else:
-                        await w.delete(row)
-                        rows.pop(row.id)
-                        outcomes.append(Applied(operation, "deleted", row.id))
+                    else:  # with its episodes and what says the same (Writer.delete)
+                        also = await w.delete(row, same=(same or {}).get(row.id))
+                        for went in [row, *also]:
+                            rows.pop(went.id, None)  # an UPDATE of one of them creates
+                        ids = tuple(m.id for m in also)
+                        outcomes.append(Applied(operation, "deleted", row.id, also=ids))
                     continue
                 embedded = plan.embedded
                 assert embedded is not None and operation.content is not None
-                unrelated = _unrelated(row, embedded, dim) if row is not None else None
-                if row is not None and unrelated is None and _same(row, operation):
+                unrelated = unrelated_cosine(row, embedded, dim) if row is not None else None
+                if row is not None and unrelated is None and same_words(row, operation):
                     if operation.profile is None or operation.profile == row.profile:
                         outcomes.append(Applied(operation, "unchanged", row.id))
                     else:  # the same words, now (or no longer) a standing fact
@@ -225,67 +242,13 @@ class Applier:
                 w.create(created, detail=detail)
                 outcomes.append(Applied(operation, "created", created.id, detail))
             gone = {o.memory_id for o in outcomes if o.result == "deleted"}
+            # "unchanged" too: the episodes' index keys hold them (episodes.index_keys), so
+            # forgetting one must take the episodes it keys (Writer.delete follows the links)
             facts = [(o.memory_id, o.operation.content or "") for o in outcomes
-                     if o.result in ("created", "updated") and o.memory_id
+                     if o.result in ("created", "updated", "unchanged") and o.memory_id
                      and o.memory_id not in gone]  # fmt: skip
             write_episodes(w, episodes, facts, written=stamp, said=said)
         return outcomes
-
-
-def _plan(operation: Operation, aliases: dict[int, str], planned: list[_Planned]) -> str | None:
-    """Add the operation to `planned` by the rules of the module docstring, or say why it
-    fails."""
-    if operation.op is not Op.NEW:  # UPDATE and DELETE name a memory the Manager was shown
-        known = aliases.get(operation.id) if operation.id is not None else None
-        if known is None:
-            return f"{operation.op} needs the number of a memory shown" + (
-                f" (got {operation.id})" if operation.id is not None else ""
-            )
-    else:
-        known = None  # NEW creates, whatever id came with it
-    if operation.op is Op.DELETE:
-        planned.append(_Planned(operation, known))
-        return None
-    # NUL: PostgreSQL's text refuses it (a request to remember is written without the model)
-    operation.content = (operation.content or "").replace("\x00", "").strip()
-    if not operation.content:
-        return f"{operation.op} without content"
-    if operation.content.startswith(PROMPT_ECHOES):
-        return f"{operation.op} copies the prompt ({operation.content[:40]!r})"
-    planned.append(_Planned(operation, known))
-    return None
-
-
-PROMPT_ECHOES = ("USER:", "ASSISTANT:", "Current date and time:", EXCHANGE, "Existing memories")
-"""How a memory that is a line of the Manager's prompt begins: a 1.5B model on LoCoMo wrote the
-transcript's lines back as memories ("ASSISTANT: Hey Caroline! ..."). Never a memory."""
-
-UNRELATED_BELOW = 0.2
-"""An UPDATE whose new text has a cosine below this with the memory it names creates a memory
-instead, and the named one stays: small models answer "UPDATE 2" for a new fact ("Daughter Mia
-turns 7 on 3 May" over "Lives in Lyon": 0.11), and that overwrote a true memory. Measured with
-the bundled embedder: a real change of the same fact scores 0.44 ("Lives in Grenoble" /
-"Lives in Lyon"), 0.68, 0.84; "Moved to Grenoble in 2026" / "Lives in Lyon" scores 0.16 and so
-is kept beside it: a stale memory is cheaper than a lost one."""
-
-
-def _unrelated(row: Memory, embedded: Embedded, dim: int) -> float | None:
-    """The cosine of an UPDATE's text with the memory it names, when below
-    :data:`UNRELATED_BELOW`; None when related (or not comparable: another model's vectors)."""
-    if row.embedding is None or row.embedding_model != embedded.model:
-        return None
-    similarity = float(decode(row.embedding, dim)[0] @ embedded.vectors[0])
-    return similarity if similarity < UNRELATED_BELOW else None
-
-
-def _same(row: Memory, operation: Operation) -> bool:
-    """An UPDATE to the words the memory has (case, spacing and punctuation aside): small models
-    restate the memories they were shown as UPDATEs, often with another type."""
-    return _words(operation.content or "") == _words(row.content)
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.casefold())
 
 
 def _marked(profile: bool) -> str:

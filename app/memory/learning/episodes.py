@@ -56,6 +56,7 @@ def episode_texts(context: Sequence[ModelMessage], new: Sequence[ModelMessage]) 
             asked = text_of(message)
             continue
         said = own_words(text_of(message)).replace("\x00", "")  # PostgreSQL's text refuses it
+        said = without_requests_to_forget(said)
         words = " ".join(said.split())
         if not words:
             continue
@@ -67,6 +68,25 @@ def episode_texts(context: Sequence[ModelMessage], new: Sequence[ModelMessage]) 
             texts.extend(passages(said))
         asked = ""
     return texts
+
+
+_FORGETTING = re.compile(
+    r"^[\s\"'“(*-]*(?:(?:ok|okay|so|and|also|now|hey|oh|actually|please|just)[,\s]+)*"
+    r"(?:(?:can|could|would|will)\s+you\s+|i\s+(?:want|need|would\s+like|'d\s+like)\s+you\s+to\s+)?"
+    r"(?:please\s+)?(?:forget|unlearn|stop\s+remembering|do(?:n[’']?t|\s+not)\s+remember"
+    r"|(?:delete|erase|remove|wipe|drop)\b(?=.*\b(?:memor|remember|know|said|told|fact)))",
+    re.IGNORECASE,
+)
+"""A sentence that asks to forget something: "Please forget that I am vegetarian", "Can you
+delete what you know about my job?" (not "I always forget my keys", nor "Don't forget that...")."""
+
+
+def without_requests_to_forget(text: str) -> str:
+    """`text` without its sentences that ask to forget something (:data:`_FORGETTING`): such a
+    request holds the very words being forgotten, and an episode of it would bring them back."""
+    sentences = _SENTENCE_END.split(text)
+    kept = [s for s in sentences if not _FORGETTING.match(s)]
+    return text if len(kept) == len(sentences) else "\n".join(kept)
 
 
 def passages(text: str) -> list[str]:
@@ -116,15 +136,44 @@ def _question(text: str) -> str | None:
 
 
 def episode_row(
-    user_id: str, text: str, embedded: Embedded, *, written: datetime, said: datetime
+    user_id: str,
+    text: str,
+    embedded: Embedded,
+    *,
+    written: datetime,
+    said: datetime,
+    key: str | None = None,
 ) -> Memory:
-    """The memory of kind ``episode`` that keeps `text`, said at `said`."""
+    """The memory of kind ``episode`` that keeps `text`, said at `said`, found by `key` (its
+    index key, :func:`index_keys`; `embedded` is the key's) when that is more than the text."""
     return Memory(
         id=str(uuid.uuid4()), user_id=user_id, content=text, type=MemoryType.EPISODE.value,
         meta={}, source=MemorySource.MANAGER.value, pinned=False, profile=False,
         created_at=written, updated_at=written, observed_at=said, recall_count=0,
         embedding=embedded.embedding, embedding_model=embedded.model,
+        index_text=key if key and key != text else None,
     )  # fmt: skip
+
+
+def index_keys(episodes: Sequence[str], facts: Sequence[str]) -> list[str]:
+    """Each episode's index key: its text, then the facts written from it (those
+    :func:`sources_of` gives it), each as a sentence of its own. LongMemEval's key expansion:
+    a question that names what the fact says ("vegetarian") finds the words the user said it
+    in ("I stopped eating meat years ago"), and the dense parts of the key
+    (:mod:`app.memory.search.parts`) include each fact's sentence."""
+    drawn: dict[int, list[str]] = {}
+    for fact in facts:
+        for at in sources_of(fact, [(str(i), text) for i, text in enumerate(episodes)]):
+            drawn.setdefault(int(at), []).append(fact)
+    return [
+        " ".join([text, *(_sentence(f) for f in drawn.get(i, ()))])
+        for i, text in enumerate(episodes)
+    ]
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return text if text.endswith((".", "!", "?")) else f"{text}."
 
 
 def sources_of(fact: str, episodes: Sequence[tuple[str, str]]) -> list[str]:
@@ -142,15 +191,16 @@ def _content_words(text: str) -> set[str]:
 
 def write_episodes(
     w: Writer,
-    episodes: Sequence[tuple[str, Embedded]],
+    episodes: Sequence[tuple[str, str, Embedded]],
     facts: Sequence[tuple[str, str]],
     *,
     written: datetime,
     said: datetime,
 ) -> None:
-    """Create a job's episodes (text, embedding) in its unit of work `w`, and link each of the
-    job's facts (id, text) still there to the episodes it came from (:func:`sources_of`)."""
-    rows = [episode_row(w.user_id, t, e, written=written, said=said) for t, e in episodes]
+    """Create a job's episodes (text, index key, the key's embedding) in its unit of work `w`,
+    and link each of the job's facts (id, text) still there to the episodes it came from
+    (:func:`sources_of`)."""
+    rows = [episode_row(w.user_id, t, e, written=written, said=said, key=k) for t, k, e in episodes]
     for row in rows:
         w.create(row)
     for fact_id, content in facts if rows else ():

@@ -10,8 +10,11 @@ the user's words (or the words of the memory it updates), and fewer of them come
 assistant's side alone than from the user's ("Lives in Canberra": "live" is the user's,
 "Canberra" the assistant's). The user's questions are not their words here: what the user only
 asks about is no memory ("Capital of Australia is Canberra" after "What is the capital of
-Australia?" was stored); a question about themselves is. A DELETE is grounded when the memory
-it names shares a word with the user's, or the user asked to forget everything: a 1.5B model
+Australia?" was stored); a question about themselves is. A relative date the user said counts
+also as the date it stands for on the job's day ("yesterday" grounds "30 April 2024": the
+Manager is told to write absolute dates, :mod:`app.memory.learning.dates`). A DELETE is
+grounded when the memory it names shares a word with the user's, or the user asked to forget
+everything: a 1.5B model
 answered "Please forget that I am vegetarian" with a DELETE of the only memory shown, "Lives in
 Paris". A stale memory is cheaper than a lost one: "I don't eat meat any more" does not delete
 "Loves steak" (no shared word), nor "forget what I told you about my job" "Works as a nurse".
@@ -32,9 +35,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
+from app.memory.learning.dates import absolute_dates
 from app.memory.learning.decisions import Op, Operation
 from app.memory.learning.extraction import FIRST_PERSON, is_document, requested
 from app.memory.learning.own_words import asking_words, own_words, without_quotations
@@ -69,12 +74,17 @@ class Grounds:
         turns: Sequence[ModelMessage],
         shown: Sequence[Shown],
         new: Sequence[ModelMessage] | None = None,
+        said_on: datetime | None = None,
     ) -> Grounds:
         """The grounds of a job: its turns (context and new; the user's are read) and the
         memories it showed the Manager. Only a `new` turn (all `turns` when not given) asks to
-        forget everything: one in the context was applied by an earlier job."""
+        forget everything: one in the context was applied by an earlier job. With `said_on`
+        (the job's date), the user's relative dates are their words also as the dates they
+        stand for ("yesterday" grounds "on 30 April 2024": the Manager is told to write so)."""
         analyzer = Analyzer()
         users = [own_words(text_of(t)) for t in turns if isinstance(t, ModelRequest)]
+        if said_on is not None:
+            users += [dated for u in users if (dated := absolute_dates(u, said_on)) != u]
         said = frozenset(analyzer.terms(" ".join(_statements(text) for text in users)))
         heard = analyzer.terms(" ".join(text_of(t) for t in turns if isinstance(t, ModelResponse)))
         return cls(

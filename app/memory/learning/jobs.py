@@ -17,7 +17,11 @@ Promises:
   :data:`~app.memory.learning.extraction.MAX_JOB_TURNS` new turns (else each stays a job of its
   own);
 - beyond ``MEMPROXY_MANAGER_QUEUE_LIMIT`` queued jobs, the oldest routine ones are dropped;
-  explicit ones never are.
+  explicit ones never are;
+- jobs made from past conversations (:mod:`app.memory.learning.history`, their ids beginning
+  :data:`~app.memory.learning.leases.HISTORY_JOB`) are no chat's: a chat's turns never join
+  one, and they neither count towards the limit nor are dropped for it (a history of thousands
+  of jobs would otherwise push every chat's out).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from sqlalchemy import Select, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.learning.extraction import MAX_JOB_TURNS, Exchange, for_manager
-from app.memory.learning.leases import Leases
+from app.memory.learning.leases import Leases, from_history
 from app.memory.learning.turns import dump, fingerprints_of, role_of, text_of, turn
 from app.memory.store.db import insert_for, writing
 from app.memory.store.records import aware, now
@@ -199,6 +203,7 @@ class JobQueue(Leases):
                 JobStatus.QUEUED,
                 ManagerJob.explicit.is_(False),
                 ManagerJob.key != job.key,
+                ~from_history(),
             ).order_by(ManagerJob.key.desc()).limit(1)
         )  # fmt: skip
         if pending is not None and _too_many(pending, job):
@@ -236,12 +241,12 @@ class JobQueue(Leases):
         return Queued(job.id, await self._trim(session))
 
     async def _trim(self, session: AsyncSession) -> int:
-        queued = select(func.count()).where(ManagerJob.status == JobStatus.QUEUED.value)
-        excess = int(await session.scalar(queued) or 0) - self._limit
+        chats = (ManagerJob.status == JobStatus.QUEUED.value, ~from_history())
+        excess = int(await session.scalar(select(func.count()).where(*chats)) or 0) - self._limit
         if excess <= 0:
             return 0
         oldest = select(ManagerJob.key).where(
-            ManagerJob.status == JobStatus.QUEUED.value, ManagerJob.explicit.is_(False)
+            *chats, ManagerJob.explicit.is_(False)
         ).order_by(ManagerJob.key).limit(excess)  # fmt: skip
         keys = list(await session.scalars(oldest))
         await session.execute(delete(ManagerJob).where(ManagerJob.key.in_(keys)))

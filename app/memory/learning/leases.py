@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage
-from sqlalchemy import case, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, case, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -46,7 +46,8 @@ class Job:
     """As stored: the chat's ``model``, its ``context`` and ``new`` turns (:func:`dump`), and the
     ``fingerprints`` the job took."""
     created_at: datetime
-    """When it was queued: when the user said what it learns from (its memories' `observed_at`)."""
+    """When the user said what it learns from (its memories' `observed_at`, the Manager's
+    "today"): when it was queued, or a past conversation's date (:func:`said_at`)."""
 
     @property
     def model(self) -> str:
@@ -56,6 +57,24 @@ class Job:
     def turns(self) -> tuple[list[ModelMessage], list[ModelMessage]]:
         """The turns before the new ones (context only), and the new ones."""
         return load(self.payload["context"]), load(self.payload["new"])
+
+
+HISTORY_JOB = "learn-"
+"""How the id of a job made from a past conversation begins (:mod:`app.memory.learning.history`):
+such a job runs only when no chat's job is due (:meth:`Leases.claim`), never merges with a
+chat's, and is never dropped for the queue's limit (:mod:`app.memory.learning.jobs`)."""
+
+
+def from_history() -> ColumnElement[bool]:
+    """The condition a job was made from a past conversation (:data:`HISTORY_JOB`)."""
+    return ManagerJob.id.like(HISTORY_JOB + "%")
+
+
+def said_at(payload: dict[str, Any], queued_at: datetime) -> datetime:
+    """When the user said what a job learns from: a past conversation's date (its payload's
+    ``said_at``), else when the job was queued (a chat's)."""
+    said = payload.get("said_at")
+    return datetime.fromisoformat(said) if isinstance(said, str) else aware(queued_at)
 
 
 HELD = (JobStatus.RUNNING.value, JobStatus.AWAITING.value)
@@ -184,7 +203,10 @@ class Leases(JobBook):
 
     async def claim(self, limit: int, *, exclude_users: set[str]) -> list[Job]:
         """Up to `limit` due jobs, each a user's oldest, of users with no job running (here or
-        in another process) and not in `exclude_users`; marked running, held by this process."""
+        in another process) and not in `exclude_users`; marked running, held by this process.
+        Chats' jobs first: a past conversation's (:data:`HISTORY_JOB`) takes what they leave,
+        so learning a long history never keeps a chat waiting for more than the one job of it
+        that is running."""
         if limit <= 0:
             return []
         stamp = self._now()
@@ -192,17 +214,18 @@ class Leases(JobBook):
             running = set(await session.scalars(
                 select(ManagerJob.user_id).where(ManagerJob.status == JobStatus.RUNNING.value)
             ))  # fmt: skip
-            firsts = (
+            history = from_history()
+            firsts = (  # each user's oldest chat job, and oldest past conversation's job
                 select(func.min(ManagerJob.key))
                 .where(ManagerJob.status == JobStatus.QUEUED.value)
-                .group_by(ManagerJob.user_id)
+                .group_by(ManagerJob.user_id, history)
             )
             # A job another transaction holds (a chat appending to it) is passed over this time.
             candidates = (await session.execute(
                 select(ManagerJob.key, ManagerJob.id, ManagerJob.user_id, ManagerJob.explicit,
                        ManagerJob.next_attempt_at, ManagerJob.created_at)
                 .where(ManagerJob.key.in_(firsts))
-                .order_by(ManagerJob.key)
+                .order_by(history, ManagerJob.key)
                 .with_for_update(skip_locked=True)
             )).all()  # fmt: skip
             claimed: list[Job] = []
@@ -214,9 +237,10 @@ class Leases(JobBook):
                 taken = await self._take(session, key)
                 if taken is not None:
                     self._held.add(job_id)
+                    running.add(user_id)  # its other candidate waits: one job per user
                     attempts, payload = taken
                     claimed.append(Job(job_id, user_id, explicit, attempts, dict(payload),
-                                       aware(created_at)))  # fmt: skip
+                                       said_at(payload, created_at)))  # fmt: skip
             return claimed
 
     async def _take(self, session: AsyncSession, key: int) -> tuple[int, Any] | None:

@@ -171,7 +171,8 @@ class Worker:
             self._metrics.jobs_applied.inc()
             for outcome in outcomes:
                 self._metrics.memory_operations.labels(outcome.result).inc()
-            logger.info("job %s applied: %s", job.id, ", ".join(o.result for o in outcomes) or "-")
+            said = [o.result + (f" (+{len(o.also)} with it)" if o.also else "") for o in outcomes]
+            logger.info("job %s applied: %s", job.id, ", ".join(said) or "-")
         except asyncio.CancelledError:
             raise
         except ManagerAnswerUnusable as exc:
@@ -202,7 +203,7 @@ class Worker:
         query = " ".join(text_of(t) for t in new if isinstance(t, ModelRequest))[-2000:]
         found = await self._service.search(  # facts: episodes are the user's words, not its own
             job.user_id, query or "-", limit=RELATED_MEMORIES, min_score=0.0,
-            types=[t.value for t in FactType], background=True,
+            types=[t.value for t in FactType], background=True, now=job.created_at,
         )  # fmt: skip
         shown = [
             Shown(i, f.memory.content, f.memory.type, f.memory.observed_at)
@@ -214,7 +215,7 @@ class Worker:
             job.model, memories=shown, context=context, new=new, now=job.created_at
         )
         # Up to ~100 turns of 8,000 characters: stemming and searching them would hold the loop.
-        grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown, new)
+        grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown, new, job.created_at)
         operations = await asyncio.to_thread(with_requests, operations, new, grounds)
         episodes = await asyncio.to_thread(episode_texts, context, new) if self._episodes else []
         return operations, aliases, grounds, episodes

@@ -32,6 +32,7 @@ from app.memory.search.lexical import Analyzer, LexicalIndex
 from app.memory.search.parts import decode, embed_for_store, vector_model
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import IndexRow, Removed, Written
+from app.memory.store.tables import MemoryType
 
 logger = logging.getLogger("memproxy.memory")
 
@@ -64,16 +65,25 @@ class UserIndex:
     standing: set[int] = field(default_factory=set)
     """The keys of pinned and profile memories: shown in every chat, so kept apart rather than
     found by scanning every brief on each recall."""
+    links: dict[int, set[int]] = field(default_factory=dict)
+    """Provenance, both ways: a fact's key -> its episodes' keys, an episode's -> its facts'
+    (recall never shows a fact beside the episode it came from)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __len__(self) -> int:
         return len(self.briefs)
 
-    def put(self, rows: Sequence[IndexRow], vectors: Sequence[np.ndarray]) -> None:
-        """Index rows, each with its (parts, dim) vectors."""
+    def put(
+        self,
+        rows: Sequence[IndexRow],
+        vectors: Sequence[np.ndarray],
+        links: Sequence[tuple[int, int]] = (),
+    ) -> None:
+        """Index rows, each with its (parts, dim) vectors, and the (fact, episode) links among
+        them and the memories indexed before."""
         self.vectors.add([r.key for r in rows], vectors)
         for row in rows:
-            self.lexical.add(row.key, row.content)
+            self.lexical.add(row.key, row.key_text)
             self.briefs[row.key] = Brief(
                 row.type, row.content, row.created_at, row.observed_at, row.recall_count
             )
@@ -81,6 +91,9 @@ class UserIndex:
                 self.standing.add(row.key)
             else:
                 self.standing.discard(row.key)  # unpinned or unmarked since
+        for fact, episode in links:
+            self.links.setdefault(fact, set()).add(episode)
+            self.links.setdefault(episode, set()).add(fact)
 
     def drop(self, keys: Sequence[int]) -> None:
         present = [k for k in keys if k in self.briefs]
@@ -89,6 +102,12 @@ class UserIndex:
             self.lexical.remove(key)
             del self.briefs[key]
             self.standing.discard(key)
+            for other in self.links.pop(key, ()):
+                partners = self.links.get(other)
+                if partners is not None:
+                    partners.discard(key)
+                    if not partners:
+                        del self.links[other]
 
 
 class IndexCache:
@@ -137,26 +156,35 @@ class IndexCache:
                 snapshot.version, VectorIndex(self._embedder.dim), LexicalIndex(self._analyzer)
             )
             async with entry.lock:
-                await self._put(user_id, entry, snapshot.rows)
+                await self._put(user_id, entry, snapshot.rows, snapshot.links)
             self._entries[user_id] = entry
         else:
             async with entry.lock:
                 snapshot = await self._store.snapshot(user_id, since=entry.version)
-                await self._put(user_id, entry, snapshot.rows)
+                await self._put(user_id, entry, snapshot.rows, snapshot.links)
                 if len(entry) != snapshot.total:  # deletions (or rows newer than the snapshot)
                     keys = await self._store.keys(user_id)
                     entry.drop([k for k in entry.briefs if k not in keys])
                     missing = [k for k in keys if k not in entry.briefs]
-                    await self._put(user_id, entry, await self._store.rows(user_id, missing))
+                    rows = await self._store.rows(user_id, missing)
+                    episodes = [r.key for r in rows if r.type == MemoryType.EPISODE.value]
+                    links = await self._store.links(user_id, episodes)
+                    await self._put(user_id, entry, rows, links)
                 entry.version = snapshot.version
         self.loads += 1
         self._entries.move_to_end(user_id)
         self._evict(keep=user_id)
         return entry
 
-    async def _put(self, user_id: str, entry: UserIndex, rows: Sequence[IndexRow]) -> None:
+    async def _put(
+        self,
+        user_id: str,
+        entry: UserIndex,
+        rows: Sequence[IndexRow],
+        links: Sequence[tuple[int, int]] = (),
+    ) -> None:
         if rows:
-            entry.put(rows, await self.vectors_for(user_id, rows))
+            entry.put(rows, await self.vectors_for(user_id, rows), links)
 
     async def vectors_for(self, user_id: str, rows: Sequence[IndexRow]) -> list[np.ndarray]:
         """The rows' vectors: stored ones when of this model, the rest embedded and saved."""
@@ -170,7 +198,7 @@ class IndexCache:
         todo = [i for i, vectors in enumerate(out) if vectors is None]
         for start in range(0, len(todo), STORE_BATCH):
             chunk = todo[start : start + STORE_BATCH]
-            embedded = await embed_for_store(self._embedder, [rows[i].content for i in chunk])
+            embedded = await embed_for_store(self._embedder, [rows[i].key_text for i in chunk])
             for i, e in zip(chunk, embedded, strict=True):
                 out[i] = e.vectors
             await self._store.set_embeddings(
@@ -187,7 +215,7 @@ class IndexCache:
         if entry is not None:
             rows = [
                 IndexRow(r.key, r.type, r.content, r.created_at, None, None,
-                         r.pinned, r.profile, r.observed_at, r.recall_count)
+                         r.pinned, r.profile, r.observed_at, r.recall_count, r.index_text)
                 for r in written.records
             ]  # fmt: skip
             entry.put(rows, vectors)

@@ -26,7 +26,8 @@ class Standing:
 
     key: int
     content: str
-    created_at: datetime
+    observed_at: datetime
+    type: str
 
 
 def standing(entry: UserIndex, budget_tokens: int) -> list[Standing]:
@@ -40,5 +41,6 @@ def standing(entry: UserIndex, budget_tokens: int) -> list[Standing]:
         key=lambda k: (-briefs[k].recall_count, -briefs[k].observed_at.timestamp(), -k),
     )
     return fit_budget(
-        [Standing(k, briefs[k].content, briefs[k].created_at) for k in order], budget_tokens
+        [Standing(k, briefs[k].content, briefs[k].observed_at, briefs[k].type) for k in order],
+        budget_tokens,
     )

@@ -17,7 +17,7 @@ Promises:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Unpack
 
@@ -179,6 +179,8 @@ class MemoryStore(MemoryQueries):
                 row.type = MemoryType(changes["type"]).value
             if "observed_at" in changes:
                 row.observed_at = in_utc(changes["observed_at"])
+            if "content" in changes:
+                row.index_text = None  # found by its words as written (and embedded from them)
             for name in ("content", "pinned", "profile", "embedding", "embedding_model"):
                 if name in changes:
                     setattr(row, name, changes[name])
@@ -187,13 +189,26 @@ class MemoryStore(MemoryQueries):
         return Written([record_of(row)], w.version, [False])
 
     async def delete(
-        self, user_id: str, memory_ids: Sequence[str], *, actor: MemorySource = MemorySource.API
+        self,
+        user_id: str,
+        memory_ids: Sequence[str],
+        *,
+        actor: MemorySource = MemorySource.API,
+        same: Mapping[str, Mapping[int, float]] | None = None,
     ) -> Removed:
-        """Delete the user's memories with these ids (unknown ids are ignored)."""
+        """Delete the user's memories with these ids (unknown ids ignored), each with what goes
+        with it (:meth:`~app.memory.store.unit.Writer.delete`; `same`: what restates each)."""
+        asked = list(dict.fromkeys(memory_ids))
+        along: list[Memory] = []
         async with self.writing(user_id, actor) as w:
-            keys = await w.delete_matching(Memory.id.in_(list(memory_ids)))
+            await w.lock()  # before the read: two deletes of one memory must not both delete it
+            rows = await w.rows(asked)
+            for row in (rows[memory_id] for memory_id in asked if memory_id in rows):
+                along += await w.delete(row, same=(same or {}).get(row.id))
         assert w.version is not None
-        return Removed(keys, w.version)
+        ids = [memory_id for memory_id in asked if memory_id in w.gone]
+        also = [record_of(row, embedding=False) for row in along if row.id not in rows]
+        return Removed(list(w.gone.values()), w.version, ids, also)
 
     async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> Removed:
         """Erase everything kept about the user's memories, in one transaction: the memories and

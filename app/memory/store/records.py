@@ -32,6 +32,9 @@ class MemoryRecord:
     last_recalled_at: datetime | None
     embedding: bytes | None = field(repr=False)
     embedding_model: str | None
+    index_text: str | None = field(default=None, repr=False)
+    """What it is found by when not its content (an episode's words and facts); read from ORM
+    rows only (:func:`record_of`), for the index's in-place updates. Never shown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,11 @@ class Removed:
     keys: list[int]
     version: int
     """The version the delete committed (the current one when nothing was deleted)."""
+    ids: list[str] = field(default_factory=list)
+    """The ids asked for that were deleted (when the delete named ids)."""
+    also: list[MemoryRecord] = field(default_factory=list)
+    """The memories that went with them (:meth:`app.memory.store.unit.Writer.delete`: the
+    episodes a fact was written from, the memories that say the same), as they were."""
 
     @property
     def count(self) -> int:
@@ -136,6 +144,13 @@ class IndexRow:
     observed_at: datetime
     recall_count: int
     """As read or written; recalls do not bump the version, so an index's copy may lag."""
+    index_text: str | None = None
+    """What it is found by when not its content (an episode's words and its facts)."""
+
+    @property
+    def key_text(self) -> str:
+        """The text the indexes hold for it: :attr:`index_text`, else the content."""
+        return self.index_text or self.content
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +159,8 @@ class Snapshot:
     rows: list[IndexRow]
     total: int
     """How many memories the user has (to notice deletions without listing every key)."""
+    links: list[tuple[int, int]] = field(default_factory=list)
+    """(fact key, episode key) of the provenance links among `rows`' episodes."""
 
 
 def now() -> datetime:
@@ -211,6 +228,7 @@ def _record(row: Any, metadata: dict[str, Any] | None, embedding: bytes | None) 
         last_recalled_at=aware(row.last_recalled_at) if row.last_recalled_at else None,
         embedding=embedding,
         embedding_model=row.embedding_model,
+        index_text=row.index_text if isinstance(row, Memory) else None,
     )
 
 

@@ -121,6 +121,9 @@ class Memory(Base):
     """float32 vector, little-endian bytes."""
     embedding_model: Mapped[str | None] = mapped_column(String(256), nullable=True)
     """The model that produced `embedding`; another model configured means re-embedding."""
+    index_text: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+    """What the memory is found by, when not its content: an episode's words and the facts
+    written from them (:mod:`app.memory.learning.episodes`). Never shown."""
     seq: Mapped[int] = mapped_column(BigInteger, default=0)
     """The user's change sequence at this memory's last write: a cache at version N reloads
     exactly the memories with ``seq > N``."""

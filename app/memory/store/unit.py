@@ -14,8 +14,9 @@ Promises:
 - the unit is one transaction (:func:`app.memory.store.db.writing`): all of it or none;
 - each create, update and delete records its history event in that transaction
   (:mod:`app.memory.store.events`), with the unit's actor and job;
-- a memory deleted takes its provenance links (:class:`~app.memory.store.tables.MemoryLink`,
-  as fact or as episode) with it, in the same transaction;
+- a memory deleted takes its provenance links (:class:`~app.memory.store.tables.MemoryLink`)
+  with it, in the same transaction; a fact deleted (:meth:`Writer.delete`: every path) takes
+  the episodes it was written from and the memories that say the same;
 - when anything changed, the user's version is bumped once and every row created or updated is
   stamped with it (``seq``): a cache built at version N is stale exactly when the version is no
   longer N. A unit that changed nothing bumps nothing. After the block, :attr:`Writer.version`
@@ -34,7 +35,14 @@ from app.memory.store import events
 from app.memory.store.db import insert_for
 from app.memory.store.queries import own, version_of
 from app.memory.store.records import now
-from app.memory.store.tables import EventAction, Memory, MemoryLink, MemorySource, UserState
+from app.memory.store.tables import (
+    EventAction,
+    Memory,
+    MemoryLink,
+    MemorySource,
+    MemoryType,
+    UserState,
+)
 
 _INSERTED = (
     *("id", "user_id", "content", "type", "meta", "source", "pinned", "profile", "created_at"),
@@ -57,6 +65,8 @@ class Writer:
         self._written: list[Memory] = []
         self._changed = False
         self._bumped: int | None = None
+        self.gone: dict[str, int] = {}
+        """The id and key of every memory :meth:`delete` deleted, in order."""
         self.version: int | None = None
         """The version the unit committed; set when the block ends."""
 
@@ -87,11 +97,50 @@ class Writer:
         self._wrote(row)
         self._event(row.id, EventAction.UPDATED, before=before, after=row.content, detail=detail)
 
-    async def delete(self, row: Memory) -> None:
-        await self._unlink(Memory.id == row.id)
-        await self._session.delete(row)
+    async def delete(self, row: Memory, *, same: Mapping[int, float] | None = None) -> list[Memory]:
+        """Delete `row` (one of :meth:`rows`); a fact takes what would say it again: the episodes
+        it was written from, also those that gave other facts (they hold the forgotten words),
+        and `same` (key -> cosine: :func:`app.memory.search.restating.restatements`) with their
+        episodes. Never a pinned memory, nor one this unit wrote; each has a ``deleted`` event
+        saying why. An episode goes alone. What went with `row` (none when it went already)."""
+        if row.id in self.gone:
+            return []
+        along = await self._along(row, same or {}) if row.type != MemoryType.EPISODE.value else []
+        await self._unlink(Memory.id.in_([row.id, *(m.id for m, _ in along)]))
+        for memory, why in [(row, None), *along]:
+            await self._session.delete(memory)
+            self.gone[memory.id] = memory.key
+            self._event(memory.id, EventAction.DELETED, before=memory.content, detail=why)
         self._changed = True
-        self._event(row.id, EventAction.DELETED, before=row.content)
+        return [memory for memory, _ in along]
+
+    async def _along(self, row: Memory, same: Mapping[int, float]) -> list[tuple[Memory, str]]:
+        """What goes with the fact `row` (:meth:`delete`), each with why (its own episodes
+        first, then what says the same, then the episodes of those)."""
+        spared = {row.id, *self.gone, *(r.id for r in self._written)}
+        alike: list[Memory] = []
+        if same:
+            query = own(self.user_id).where(Memory.key.in_(list(same)), Memory.pinned.is_(False))
+            alike = [m for m in await self._session.scalars(query) if m.id not in spared]
+        facts = [row.id, *(m.id for m in alike if m.type != MemoryType.EPISODE.value)]
+        linked = (
+            select(Memory, MemoryLink.fact_id)
+            .join(MemoryLink, MemoryLink.episode_id == Memory.id)
+            .where(Memory.user_id == self.user_id, MemoryLink.user_id == self.user_id)
+            .where(MemoryLink.fact_id.in_(facts), Memory.pinned.is_(False))
+        )
+        episodes = [(m, f) for m, f in await self._session.execute(linked) if m.id not in spared]
+        found: dict[str, tuple[Memory, str]] = {}
+        for memory, _ in (e for e in episodes if e[1] == row.id):
+            found[memory.id] = (memory, f"an episode {row.id} was written from: deleted with it")
+        for memory in alike:
+            why = f"says what {row.id} said (cosine {same[memory.key]:.2f}): deleted with it"
+            found.setdefault(memory.id, (memory, why))
+        for memory, fact_id in episodes:
+            why = (f"an episode {fact_id} was written from, which says what {row.id} said: "
+                   f"deleted with {row.id}")  # fmt: skip
+            found.setdefault(memory.id, (memory, why))
+        return list(found.values())
 
     async def delete_matching(self, condition: Any) -> list[int]:
         """Delete the user's memories matching `condition` (all of them when None); their keys."""

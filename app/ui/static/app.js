@@ -182,15 +182,18 @@ async function setProfile(item, memory) {
 }
 
 async function remove(item, memory) {
-  await api("DELETE", `/v1/memories/${encodeURIComponent(memory.id)}`);
+  // A fact goes with the episodes it was written from and the memories that say the same.
+  const result = await json("DELETE", `/v1/memories/${encodeURIComponent(memory.id)}`);
+  const also = result.also_deleted || [];
   item.remove();
   const owner = state.user;  // another user may be selected by the time Undo is pressed
-  toast(`Deleted “${memory.content.slice(0, 60)}”.`, { label: "Undo", run: async () => {
-    // Put back with its id, text, type, pinned state and creation date: an import of its own
-    // export line (its source and recall count kept, as an import that keeps ids keeps them;
-    // its history says it was imported).
-    const { score, ...line } = memory;  // a search hit's score is not part of the memory
-    await api("POST", "/v1/memories/import", { raw: JSON.stringify(line) + "\n", user: owner });
+  const along = also.length ? ` and ${plural(also.length, "memory", "memories")} saying it` : "";
+  toast(`Deleted “${memory.content.slice(0, 60)}”${along}.`, { label: "Undo", run: async () => {
+    // Put back with their ids, texts, types, pinned states and creation dates: an import of
+    // their own export lines (source and recall count kept, as an import that keeps ids keeps
+    // them; their history says they were imported).
+    const lines = [memory, ...also].map(({ score, ...line }) => JSON.stringify(line) + "\n");
+    await api("POST", "/v1/memories/import", { raw: lines.join(""), user: owner });
     toast(`Restored to ${owner}.`);
     if (state.user === owner) await loadMemories();
   } });

@@ -105,8 +105,10 @@ async def test_past_its_budget_the_most_recalled_then_the_newest(
     assert imported.status_code == 200, imported.text
     await chat(client, COOK)
     assert sent_messages(route)[0]["content"] == block(
-        PROFILE_HEADING, line("Has two kids: C"), line("Is allergic to B")
-    )
+        PROFILE_HEADING,
+        line("Has two kids: C", "2023-01-01"),
+        line("Is allergic to B", "2025-06-01"),
+    )  # each dated when it was said (observed_at), not when it was imported
 
 
 async def test_unmarked_memories_are_no_longer_always_shown(

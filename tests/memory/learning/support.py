@@ -70,11 +70,15 @@ async def until(check: Callable[[], Awaitable[bool]], seconds: float = 10) -> No
     await asyncio.wait_for(loop(), seconds)
 
 
-async def memories(client: httpx.AsyncClient, user: str = "ann") -> list[str]:
+async def memories(
+    client: httpx.AsyncClient, user: str = "ann", *, episodes: bool = False
+) -> list[str]:
+    """The user's facts (every memory but the episodes: what the Manager decided), sorted; with
+    `episodes`, the episodes only (the user's words kept beside them)."""
     data = (
         await client.get("/v1/memories", params={"limit": 1000}, headers={"X-User-Id": user})
     ).json()["data"]
-    return sorted(m["content"] for m in data)
+    return sorted(m["content"] for m in data if (m["type"] == "episode") == episodes)
 
 
 async def manager_client(

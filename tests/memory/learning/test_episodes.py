@@ -21,7 +21,15 @@ from app.memory.store.records import NewMemory
 from app.memory.store.tables import MemoryLink, MemoryType
 from tests.conftest import AppClientFactory
 from tests.fakes import FakeEmbedder
-from tests.memory.learning.support import ANN, Prompted, Remembering, manager_client, no_jobs, until
+from tests.memory.learning.support import (
+    ANN,
+    Prompted,
+    Remembering,
+    manager_client,
+    memories,
+    no_jobs,
+    until,
+)
 
 
 def test_a_short_answer_keeps_the_question_it_answers() -> None:
@@ -125,10 +133,22 @@ async def test_chats_keep_episodes_once_and_the_manager_never_sees_them(
     assert "answering" not in manager.prompts[1]
 
 
-async def test_episodes_are_off_unless_asked_for(
+async def test_episodes_are_on_unless_turned_off(
     make_client: AppClientFactory, upstream_ok: respx.Route
 ) -> None:
     client = await manager_client(make_client, Remembering())
+    response = await client.post("/v1/chat/completions", headers=ANN, json={
+        "model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}],
+    })  # fmt: skip
+    assert response.status_code == 200
+    await until(lambda: no_jobs(client))
+    assert await memories(client, episodes=True) == ["I live in Oslo"]
+
+
+async def test_episodes_turned_off_keep_none(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    client = await manager_client(make_client, Remembering(), episodes=False)
     response = await client.post("/v1/chat/completions", headers=ANN, json={
         "model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}],
     })  # fmt: skip

@@ -84,7 +84,10 @@ async def test_a_chat_s_memories_are_dated_by_the_chat(
         return bool((await client.get("/v1/memories", headers=ANN)).json()["data"])
 
     await until(learned)
-    (memory,) = (await client.get("/v1/memories", headers=ANN)).json()["data"]
+    both = (await client.get("/v1/memories", headers=ANN)).json()["data"]
+    (memory,) = [m for m in both if m["type"] != "episode"]
+    (episode,) = [m for m in both if m["type"] == "episode"]
+    assert episode["observed_at"] == "2024-05-01T09:30:00Z"  # the user's words: dated alike
     assert memory["content"] == "I live in Oslo"
     assert memory["observed_at"] == "2024-05-01T09:30:00Z"
     assert memory["created_at"][:4] != "2024" and memory["profile"] is False

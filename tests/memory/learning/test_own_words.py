@@ -217,7 +217,8 @@ async def test_a_quoted_forget_everything_deletes_nothing(
 class _Memory:
     def __init__(self, content: str) -> None:
         self.content = content
-        self.created_at = datetime(2026, 5, 1, tzinfo=UTC)
+        self.observed_at = datetime(2026, 5, 1, tzinfo=UTC)
+        self.type = "fact"
 
 
 @pytest.mark.parametrize(

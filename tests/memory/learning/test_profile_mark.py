@@ -133,7 +133,7 @@ async def chat(
 
 async def listed(client: httpx.AsyncClient) -> list[dict[str, Any]]:
     data: list[dict[str, Any]] = (await client.get("/v1/memories", headers=ANN)).json()["data"]
-    return data
+    return [m for m in data if m["type"] != "episode"]  # the facts
 
 
 def _sent(route: respx.Route) -> list[dict[str, Any]]:

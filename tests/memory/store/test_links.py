@@ -45,21 +45,27 @@ async def links(store: MemoryStore) -> set[tuple[str, str, str]]:
 async def test_deleting_a_fact_or_an_episode_deletes_its_links(store: MemoryStore) -> None:
     (one, two), episode = await linked(store, "ann")
     bob_facts, bob_episode = await linked(store, "bob", facts=1)
-    await store.delete("ann", [one])
-    assert await links(store) == {("ann", two, episode), ("bob", bob_facts[0], bob_episode)}
     await store.delete("ann", [episode])
     assert await links(store) == {("bob", bob_facts[0], bob_episode)}
-    assert await store.get("ann", two) is not None  # the fact stays: only the link went
+    assert await store.get("ann", one) and await store.get("ann", two)  # an episode goes alone
+    (three,), again = await linked(store, "ann", facts=1)
+    await store.delete("ann", [three])  # a fact takes its episode (and so the episode's links)
+    assert await store.get("ann", again) is None
+    assert await links(store) == {("bob", bob_facts[0], bob_episode)}
 
 
 async def test_the_manager_s_delete_and_delete_all_take_the_links(store: MemoryStore) -> None:
     (one, two), episode = await linked(store, "ann")
     await linked(store, "bob", facts=1)
     async with store.writing("ann", MemorySource.MANAGER, job_id="j") as w:
-        await w.delete((await w.rows([one]))[one])
-    assert {(f, e) for u, f, e in await links(store) if u == "ann"} == {(two, episode)}
+        went = await w.delete((await w.rows([one]))[one])
+    assert [m.id for m in went] == [episode]  # the episode it was written from went with it
+    assert {u for u, _, _ in await links(store)} == {"bob"}
+    assert await store.get("ann", two) is not None  # the other fact stays, without its link
+    await linked(store, "ann")
     await store.delete_all("ann")
     assert {u for u, _, _ in await links(store)} == {"bob"}
+    assert await store.count("ann") == 0  # facts and episodes
 
 
 async def test_a_move_gives_the_links_to_the_new_user(store: MemoryStore) -> None:
