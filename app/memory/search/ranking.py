@@ -88,8 +88,8 @@ class Recalled:
     profile: list[Standing]
     hits: list[Hit]
     relevant: int = 0
-    """How many memories the search found relevant before the choice (a chat's budget may keep
-    fewer: none at all means the budget is smaller than every one of them)."""
+    """How many memories the search found relevant, not in the profile nor linked to it, before
+    the choice: when it keeps none of them, the budget (or the limit) left them all out."""
 
 
 class Searcher:
@@ -185,7 +185,9 @@ class Searcher:
             if types:
                 allowed = set(types)
                 chosen = [h for h in chosen if entry.briefs[h.key].type in allowed]
-            relevant = len(chosen)
+            # what the profile hides is not "relevant but left out": the budget warning's count
+            hidden = {k for key in shown for k in entry.links.get(key, ())}
+            relevant = sum(1 for h in chosen if h.key not in hidden)
             if shares is None:
                 return Recalled(profile, chosen[:limit], relevant)
             # A chat's choice: budgets, links (read under the lock, as the index holds them).

@@ -32,16 +32,26 @@ from app.memory.learning.history.export import (
     Conversation,
     Message,
     Place,
+    Tree,
+    branch,
     conversation,
     kind,
     moment,
     words,
 )
-from app.schemas.checks import shown
 
 TEXT_TYPES = ("text", "multimodal_text")
 SPOKEN = "audio_transcription"
 """A part of a voice conversation: its ``text`` is what was said aloud."""
+TREE = Tree(
+    at="",
+    nodes="mapping",
+    current="current_node",
+    parent="parent",
+    children="children",
+    message="message",
+    time="create_time",
+)
 
 
 def looks_like(item: Any) -> bool:
@@ -53,51 +63,12 @@ def read(place: Place, item: dict[str, Any]) -> Conversation:
     if title is not None and not isinstance(title, str):
         raise place.bad("title", f"must be a string, not {kind(title)}")
     place = Place(place.index, title or "")
-    mapping: dict[str, Any] = item["mapping"]
-    for key, node in mapping.items():
-        if not isinstance(node, dict):
-            raise place.bad(f"mapping.{key}", f"must be an object, not {kind(node)}")
-        message = node.get("message")
-        if message is not None and not isinstance(message, dict):
-            raise place.bad(f"mapping.{key}.message", f"must be an object, not {kind(message)}")
-    current = item.get("current_node")
-    if current is not None and not isinstance(current, str):
-        raise place.bad("current_node", f"must be a string, not {kind(current)}")
-    if current not in mapping:
-        current = _newest_leaf(place, mapping)
-    chain: list[Message] = []
-    seen: set[str] = set()
-    while current is not None and current in mapping:
-        seen.add(current)
-        node = mapping[current]
-        if node.get("message") is not None:
-            found = _message(place, f"mapping.{current}.message", node["message"])
-            if found is not None:
-                chain.append(found)
-        parent = node.get("parent")
-        if parent is not None and not isinstance(parent, str):
-            raise place.bad(f"mapping.{current}.parent", f"must be a string, not {kind(parent)}")
-        if parent in seen:
-            raise place.bad(f"mapping.{current}.parent", _cycle(parent))
-        current = parent
-    chain.reverse()
+    chain = branch(place, item, TREE, _message)
     fallbacks = [
         moment(place, "create_time", item.get("create_time")),
         moment(place, "update_time", item.get("update_time")),
     ]
     return conversation(place, None, _joined(chain), fallbacks)
-
-
-def _newest_leaf(place: Place, mapping: dict[str, Any]) -> str | None:
-    best, newest = None, None
-    for key, node in mapping.items():
-        if node.get("children"):
-            continue
-        message = node.get("message") or {}
-        at = moment(place, f"mapping.{key}.message.create_time", message.get("create_time"))
-        if best is None or (at is not None and (newest is None or at >= newest)):
-            best, newest = key, at
-    return best
 
 
 def _message(place: Place, path: str, message: dict[str, Any]) -> Message | None:
@@ -150,7 +121,3 @@ def _joined(chain: list[Message]) -> list[Message]:
         else:
             out.append(message)
     return out
-
-
-def _cycle(parent: str) -> str:
-    return f"makes a cycle: {shown(parent)} comes after it in the branch"

@@ -8,13 +8,15 @@ Promises:
 - a conversation is its current branch (the one its client shows: edits and regenerations left
   aside), user and assistant messages only, their text only (system and tool messages, hidden
   messages, images and other parts left out), oldest first; a message without a time of its own
-  takes the one before it, else the one after it, else the conversation's.
+  takes the one before it, else the one after it, else the conversation's;
+- a branch is read from a tree of messages the same way in every format (:func:`branch`): from
+  the current node up through the parents, its first problem named by its format's paths.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -156,3 +158,93 @@ def conversation(
         Said(m.role, m.text, t) for m, t in zip(kept, filled, strict=True) if t is not None
     )
     return Conversation(place.index, place.title, model, said)
+
+
+@dataclass(frozen=True, slots=True)
+class Tree:
+    """Where a format keeps a conversation's tree of messages, by JSON field names."""
+
+    at: str
+    """The path of the object holding the tree ("" for the conversation itself)."""
+    nodes: str
+    """Its field holding the nodes, an object by id."""
+    current: str
+    """Its field naming the current node, the last of the branch shown."""
+    parent: str
+    children: str
+    """A node's fields naming its parent and listing its children."""
+    message: str | None
+    """A node's field holding its message (null: a node without one); None: the node is it."""
+    time: str
+    """A message's field saying when it was said."""
+
+    def path(self, field: str) -> str:
+        return f"{self.at}.{field}" if self.at else field
+
+
+def branch(
+    place: Place,
+    holder: dict[str, Any],
+    tree: Tree,
+    read: Callable[[Place, str, dict[str, Any]], Message | None],
+) -> list[Message]:
+    """The branch the client shows, oldest first, each message as `read` (given its path) reads
+    it: from the current node up through the parents to the root (a current node missing or
+    unknown: the newest leaf; a parent unknown ends the branch; a parent already on the branch
+    is refused)."""
+    nodes = holder.get(tree.nodes, {})
+    where = tree.path(tree.nodes)
+    if not isinstance(nodes, dict):
+        raise place.bad(where, f"must be an object, not {kind(nodes)}")
+    for key, node in nodes.items():
+        if not isinstance(node, dict):
+            raise place.bad(f"{where}.{key}", f"must be an object, not {kind(node)}")
+        message = node.get(tree.message) if tree.message else node
+        if message is not None and not isinstance(message, dict):
+            raise place.bad(_message_path(tree, key), f"must be an object, not {kind(message)}")
+    current = holder.get(tree.current)
+    if current is not None and not isinstance(current, str):
+        raise place.bad(tree.path(tree.current), f"must be a string, not {kind(current)}")
+    if current not in nodes:
+        current = _newest_leaf(place, nodes, tree)
+    chain: list[Message] = []
+    seen: set[str] = set()
+    while current is not None and current in nodes:
+        seen.add(current)
+        node = nodes[current]
+        message = node.get(tree.message) if tree.message else node
+        if message is not None:
+            found = read(place, _message_path(tree, current), message)
+            if found is not None:
+                chain.append(found)
+        parent = node.get(tree.parent)
+        if parent is not None and not isinstance(parent, str):
+            raise place.bad(
+                f"{where}.{current}.{tree.parent}", f"must be a string, not {kind(parent)}"
+            )
+        if parent in seen:
+            raise place.bad(
+                f"{where}.{current}.{tree.parent}",
+                f"makes a cycle: {shown(parent)} comes after it in the branch",
+            )
+        current = parent
+    chain.reverse()
+    return chain
+
+
+def _newest_leaf(place: Place, nodes: dict[str, Any], tree: Tree) -> str | None:
+    """The node without children said last (how the clients repair a lost current node)."""
+    best, newest = None, None
+    for key, node in nodes.items():
+        if node.get(tree.children):
+            continue
+        message = (node.get(tree.message) or {}) if tree.message else node
+        at = moment(place, f"{_message_path(tree, key)}.{tree.time}", message.get(tree.time))
+        if best is None or (at is not None and (newest is None or at >= newest)):
+            best, newest = key, at
+    return best
+
+
+def _message_path(tree: Tree, key: str) -> str:
+    node = f"{tree.path(tree.nodes)}.{key}"
+    return f"{node}.{tree.message}" if tree.message else node

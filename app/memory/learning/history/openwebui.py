@@ -30,17 +30,29 @@ from app.memory.learning.history.export import (
     Conversation,
     Message,
     Place,
+    Tree,
+    branch,
     conversation,
     kind,
     moment,
     words,
 )
-from app.schemas.checks import shown
 from app.schemas.openai import content_text
 
 _DETAILS = re.compile(
     r'<details\s+type="(?:reasoning|tool_calls|code_interpreter)"[^>]*>.*?</details>\s*', re.S
 )
+TREE = Tree(
+    at="chat.history",
+    nodes="messages",
+    current="currentId",
+    parent="parentId",
+    children="childrenIds",
+    message=None,
+    time="timestamp",
+)
+"""The history: a message is its node (Open WebUI repairs a lost ``currentId`` as
+:func:`~.export.branch` does)."""
 
 
 def looks_like(item: Any) -> bool:
@@ -57,60 +69,15 @@ def read(place: Place, item: dict[str, Any]) -> Conversation:
     if history is not None:
         if not isinstance(history, dict):
             raise place.bad("chat.history", f"must be an object, not {kind(history)}")
-        branch = _branch(place, history)
+        chain = branch(place, history, TREE, _message)
     else:
-        branch = _listed(place, chat.get("messages"))
+        chain = _listed(place, chat.get("messages"))
     fallbacks = [
         moment(place, "created_at", item.get("created_at")),
         moment(place, "chat.timestamp", chat.get("timestamp")),
         moment(place, "updated_at", item.get("updated_at")),
     ]
-    return conversation(place, _model(chat), branch, fallbacks)
-
-
-def _branch(place: Place, history: dict[str, Any]) -> list[Message]:
-    messages = history.get("messages", {})
-    if not isinstance(messages, dict):
-        raise place.bad("chat.history.messages", f"must be an object, not {kind(messages)}")
-    for key, message in messages.items():
-        if not isinstance(message, dict):
-            raise place.bad(
-                f"chat.history.messages.{key}", f"must be an object, not {kind(message)}"
-            )
-    current = history.get("currentId")
-    if current is not None and not isinstance(current, str):
-        raise place.bad("chat.history.currentId", f"must be a string, not {kind(current)}")
-    if current not in messages:
-        current = _newest_leaf(place, messages)
-    chain: list[Message] = []
-    seen: set[str] = set()
-    while current is not None and current in messages:
-        seen.add(current)
-        message = messages[current]
-        path = f"chat.history.messages.{current}"
-        found = _message(place, path, message)
-        if found is not None:
-            chain.append(found)
-        parent = message.get("parentId")
-        if parent is not None and not isinstance(parent, str):
-            raise place.bad(f"{path}.parentId", f"must be a string, not {kind(parent)}")
-        if parent in seen:
-            raise place.bad(f"{path}.parentId", _cycle(parent))
-        current = parent
-    chain.reverse()
-    return chain
-
-
-def _newest_leaf(place: Place, messages: dict[str, Any]) -> str | None:
-    """The message without children said last (Open WebUI's repair of a lost ``currentId``)."""
-    best, newest = None, None
-    for key, message in messages.items():
-        if message.get("childrenIds"):
-            continue
-        at = moment(place, f"chat.history.messages.{key}.timestamp", message.get("timestamp"))
-        if best is None or (at is not None and (newest is None or at >= newest)):
-            best, newest = key, at
-    return best
+    return conversation(place, _model(chat), chain, fallbacks)
 
 
 def _listed(place: Place, messages: Any) -> list[Message]:
@@ -118,14 +85,14 @@ def _listed(place: Place, messages: Any) -> list[Message]:
         return []
     if not isinstance(messages, list):
         raise place.bad("chat.messages", f"must be a list, not {kind(messages)}")
-    branch = []
+    chain = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise place.bad(f"chat.messages[{i}]", f"must be an object, not {kind(message)}")
         found = _message(place, f"chat.messages[{i}]", message)
         if found is not None:
-            branch.append(found)
-    return branch
+            chain.append(found)
+    return chain
 
 
 def _message(place: Place, path: str, message: dict[str, Any]) -> Message | None:
@@ -158,7 +125,3 @@ def _model(chat: dict[str, Any]) -> str | None:
     if isinstance(models, list) and models and isinstance(models[0], str) and models[0]:
         return models[0]
     return None
-
-
-def _cycle(parent: str) -> str:
-    return f"makes a cycle: {shown(parent)} comes after it in the branch"
