@@ -32,6 +32,17 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+async def learning(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, export: Path, *argv: str
+) -> tuple[int, str, str]:
+    """``memproxy learn EXPORT --user ann`` waiting while the test's server learns: off the event
+    loop, which that server runs on, polling often."""
+    monkeypatch.setattr(app.cli.learn, "POLL_SECONDS", 0.05)
+    code = await asyncio.to_thread(cli.main, ["learn", str(export), "--user", "ann", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def queued(capsys: pytest.CaptureFixture[str]) -> int:
     code, out, _ = run(capsys, "jobs", "list", "--json")
     assert code == 0
@@ -122,10 +133,8 @@ async def test_it_waits_while_a_running_server_learns_them(
     make_client: AppClientFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(app.cli.learn, "POLL_SECONDS", 0.05)
     client = await manager_client(make_client, Remembering())  # the server, on the same database
-    code = await asyncio.to_thread(cli.main, ["learn", str(export), "--user", "ann"])
-    out, err = capsys.readouterr()
+    code, out, err = await learning(capsys, monkeypatch, export)
     assert code == 0 and out == "", err
     assert "waiting while memproxy serve's Manager learns 2 jobs" in err
     assert "learned: every job of this run is applied" in err
@@ -148,11 +157,9 @@ async def test_failed_jobs_are_exit_1(
     make_client: AppClientFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(app.cli.learn, "POLL_SECONDS", 0.05)
     model, _ = unusable_manager()
     await make_client(manager_model=model, **LEARN_AT_ONCE)
-    code = await asyncio.to_thread(cli.main, ["learn", str(export), "--user", "ann", "--json"])
-    out, err = capsys.readouterr()
+    code, out, err = await learning(capsys, monkeypatch, export, "--json")
     assert code == 1
     assert orjson.loads(out)["failed"] == 2 and orjson.loads(out)["pending"] == 0
     assert "2 jobs failed: memproxy jobs list --user ann says why" in err
