@@ -155,7 +155,7 @@ def test_a_remembered_fact_is_stored_through_the_real_worker(
 
     def memories(proxy: str) -> list[dict[str, Any]]:
         listed = httpx.get(f"{proxy}/v1/memories", headers={"X-User-Id": "alice"}).json()
-        return list(listed["data"])
+        return [m for m in listed["data"] if m["type"] != "episode"]  # the facts
 
     def chat(proxy: str, text: str) -> None:
         body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
@@ -176,6 +176,9 @@ def test_a_remembered_fact_is_stored_through_the_real_worker(
         assert (memory["content"], memory["source"]) == ("The user plays chess", "manager")
         chat(stack.proxy_url, "Forget that I play chess")
         wait_until(lambda: not memories(stack.proxy_url))
+        # the fact took the words it came from along ("forget" keeps none of its own)
+        listed = httpx.get(f"{stack.proxy_url}/v1/memories", headers={"X-User-Id": "alice"})
+        assert listed.json()["data"] == []
 
 
 def test_the_command_says_where_it_listens_once_it_does() -> None:

@@ -237,23 +237,23 @@ async def test_a_move_takes_the_learned_turns_along_so_the_chat_is_not_learned_a
     }
     anonymous = {"X-User-Id": "anonymous"}
     await client.post("/v1/chat/completions", json=chat, headers=anonymous)
-    for _ in range(500):
-        if await count(client, anonymous) == 1:
+    for _ in range(500):  # the fact and the user's words (an episode)
+        if await count(client, anonymous) == 2:
             break
         await asyncio.sleep(0.01)
     assert len(asked) == 1
     moved = await client.post(
         "/v1/memories/move", json={"from_user": "anonymous", "to_user": "ann"}
     )
-    assert moved.json()["moved"] == 1
+    assert moved.json()["moved"] == 2
     users = (await client.get("/v1/users")).json()["data"]
-    assert [(u["id"], u["memories"]) for u in users] == [("ann", 1)]  # anonymous left nothing
+    assert [(u["id"], u["memories"]) for u in users] == [("ann", 2)]  # anonymous left nothing
 
     await client.post("/v1/chat/completions", json=chat, headers=ANN)
     stats = (await client.get("/v1/memories/stats", headers=ANN)).json()
-    assert stats["total"] == 1 and stats["jobs"]["pending"] == 0
+    assert stats["total"] == 2 and stats["jobs"]["pending"] == 0
     await asyncio.sleep(0.2)
-    assert len(asked) == 1 and await count(client, ANN) == 1
+    assert len(asked) == 1 and await count(client, ANN) == 2
 
 
 async def test_moving_a_user_with_only_history_changes_nothing(client: httpx.AsyncClient) -> None:
