@@ -61,10 +61,12 @@ class Chat:
         found: dict[str, Any] = httpx.get(f"{self.url}/memories/stats", headers=self.user).json()
         return found
 
-    def memories(self) -> list[str]:
-        listed = httpx.get(f"{self.url}/memories", headers=self.user).json()["data"]
-        found = [str(m["content"]) for m in listed]
-        print("memories:", found)  # shown with -s, and on a failure
+    def memories(self, *, episodes: bool = False) -> list[str]:
+        """The facts the Manager wrote; with `episodes`, the user's words kept beside them."""
+        listed = httpx.get(f"{self.url}/memories", headers=self.user,
+                           params={"limit": 100}).json()["data"]  # fmt: skip
+        found = [str(m["content"]) for m in listed if (m["type"] == "episode") == episodes]
+        print("episodes:" if episodes else "memories:", found)  # shown with -s, and on a failure
         return found
 
 
@@ -122,6 +124,8 @@ def test_a_scripted_chat_is_learned_corrected_and_forgotten(
         forgot = chat.memories()
         assert not has(forgot, "vegetarian"), forgot
         assert has(forgot, "Paris"), forgot
+        said = chat.memories(episodes=True)  # the words it came from went with it
+        assert not has(said, "vegetarian") and has(said, "Paris"), said
 
         chat.say("Thanks, that's all for now. Have a nice evening!")
         assert sorted(chat.memories()) == sorted(forgot)

@@ -115,8 +115,10 @@ class Applier:
             plan.embedded = embedded
         outcomes += await self._skip_duplicates(user_id, planned)
         planned = [p for p in planned if p.embedded is not None or p.operation.op is Op.DELETE]
-        # An episode is found by its words and the facts drawn from them (episodes.index_keys).
-        facts = [p.operation.content or "" for p in planned if p.embedded is not None]
+        # An episode is found by its words and the facts drawn from them (episodes.index_keys):
+        # not those a small model only restated (an UPDATE to the words it has: no link either)
+        facts = [p.operation.content or "" for p in planned
+                 if p.embedded is not None and not await self._restated(user_id, p)]  # fmt: skip
         keys = index_keys(episodes, facts)
         kept = list(zip(episodes, keys, await embed_for_store(self._service.embedder, keys),
                         strict=True))  # fmt: skip
@@ -128,6 +130,13 @@ class Applier:
                 user_id, planned, job_id, queue, observed_at, kept, same=same
             )
         return outcomes
+
+    async def _restated(self, user_id: str, plan: Planned) -> bool:
+        """Whether `plan` UPDATEs a memory to the words it has (applied as ``unchanged``)."""
+        if plan.operation.op is not Op.UPDATE or plan.memory_id is None:
+            return False
+        current = await self._service.store.get(user_id, plan.memory_id)
+        return current is not None and same_words(current.content, plan.operation.content or "")
 
     async def _skip_duplicates(self, user_id: str, planned: list[Planned]) -> list[Applied]:
         """Drop (mark with `embedded` None) creations and updates whose text repeats another
@@ -202,7 +211,8 @@ class Applier:
                 embedded = plan.embedded
                 assert embedded is not None and operation.content is not None
                 unrelated = unrelated_cosine(row, embedded, dim) if row is not None else None
-                if row is not None and unrelated is None and same_words(row, operation):
+                restated = row is not None and same_words(row.content, operation.content)
+                if row is not None and unrelated is None and restated:
                     if operation.profile is None or operation.profile == row.profile:
                         outcomes.append(Applied(operation, "unchanged", row.id))
                     else:  # the same words, now (or no longer) a standing fact
@@ -242,10 +252,8 @@ class Applier:
                 w.create(created, detail=detail)
                 outcomes.append(Applied(operation, "created", created.id, detail))
             gone = {o.memory_id for o in outcomes if o.result == "deleted"}
-            # "unchanged" too: the episodes' index keys hold them (episodes.index_keys), so
-            # forgetting one must take the episodes it keys (Writer.delete follows the links)
             facts = [(o.memory_id, o.operation.content or "") for o in outcomes
-                     if o.result in ("created", "updated", "unchanged") and o.memory_id
+                     if o.result in ("created", "updated") and o.memory_id
                      and o.memory_id not in gone]  # fmt: skip
             write_episodes(w, episodes, facts, written=stamp, said=said)
         return outcomes

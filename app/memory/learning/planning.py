@@ -76,10 +76,10 @@ def unrelated_cosine(row: Memory, embedded: Embedded, dim: int) -> float | None:
     return similarity if similarity < UNRELATED_BELOW else None
 
 
-def same_words(row: Memory, operation: Operation) -> bool:
-    """An UPDATE to the words the memory has (case, spacing and punctuation aside): small models
-    restate the memories they were shown as UPDATEs, often with another type."""
-    return words_of(operation.content or "") == words_of(row.content)
+def same_words(text: str, other: str) -> bool:
+    """The same words (case, spacing and punctuation aside): small models restate the memories
+    they were shown as UPDATEs, often with another type."""
+    return words_of(text) == words_of(other)
 
 
 def words_of(text: str) -> list[str]:

@@ -154,3 +154,37 @@ async def test_an_edit_keeps_the_key_and_new_words_replace_it(
     assert await found() == []
     services(client).memory.cache.forget()
     assert await found() == []  # nor does the store keep the old key
+
+
+class Restating:
+    """A small model's habit: each job restates the memory it was shown (an UPDATE to the words
+    it has) beside what is new."""
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        lines = new_user_lines(messages)
+        if "Paris" not in " ".join(lines):
+            return decided(info, {"operations": [{"op": "NEW", "content": "Is vegetarian"}]})
+        return decided(info, {"operations": [
+            {"op": "UPDATE", "id": 1, "content": "Is vegetarian"},
+            {"op": "NEW", "content": "Moved to Paris"},
+        ]})  # fmt: skip
+
+
+async def test_a_restated_fact_neither_keys_nor_takes_the_new_words(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    client = await manager_client(make_client, Restating())
+    for said in ("I am vegetarian.", "I moved to Paris last month."):
+        assert (await chat(client, [{"role": "user", "content": said}])).status_code == 200
+        await until(lambda: no_jobs(client))
+    assert await memories(client) == ["Is vegetarian", "Moved to Paris"]
+    memory = services(client).memory
+    async with memory.store.sessions() as session:
+        paris = (
+            await session.scalars(select(Memory).where(Memory.content.startswith("I moved")))
+        ).one()
+    assert "vegetarian" not in (paris.index_text or "")
+    listed = (await client.get("/v1/memories", headers=ANN)).json()["data"]
+    (fact,) = [m for m in listed if m["content"] == "Is vegetarian"]
+    assert (await client.delete(f"/v1/memories/{fact['id']}", headers=ANN)).status_code == 200
+    assert await memories(client, episodes=True) == ["I moved to Paris last month."]
