@@ -71,7 +71,7 @@ def start_server(data: Path, upstream_url: str, **env: str) -> tuple[subprocess.
         [sys.executable, "-c", SERVER, str(port)], cwd=data, env=env, stdout=log, stderr=log
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # a bound on a loaded machine, not a measurement
     while True:
         try:
             if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
