@@ -59,11 +59,16 @@ test: test-sqlite
 		echo "make test: the PostgreSQL pass was SKIPPED: no PostgreSQL at $(TEST_POSTGRES_URL)"; \
 	fi
 
+# Each pass runs on every core (pytest-xdist; every test has a database of its own already):
+# `make test TEST_WORKERS=1` runs it in one process. The ten slowest tests are listed at the end.
+TEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=10
+
 test-sqlite: install-dev
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 test-postgres: install-dev
-	MEMPROXY_TEST_DATABASE_URL="$(TEST_POSTGRES_URL)" $(BIN)/python -m pytest
+	MEMPROXY_TEST_DATABASE_URL="$(TEST_POSTGRES_URL)" $(PYTEST)
 
 # The real-model suite: llama.cpp's server (built once into a cache folder outside git, ~7 min)
 # and two Qwen2.5-Coder GGUFs (0.5B for chats, 1.5B for the Manager) assembled from PyPI.

@@ -38,6 +38,7 @@ app/devtools/fake_manager.py, answered by the recording server) or ``--manager q
 
     .venv/bin/python bench/pipeline_eval.py                        # rules Manager, dev file
     .venv/bin/python bench/pipeline_eval.py --manager qwen1.5b --speaker a
+    .venv/bin/python bench/pipeline_eval.py --rows both --set MEMPROXY_RECALL_LIMIT=12
 """
 
 from __future__ import annotations
@@ -353,11 +354,11 @@ async def evaluate(args: argparse.Namespace, convs: list[Conversation]) -> list[
             "raw turns": {},
         }
         try:
-            for name in ROWS:
+            for name in args.rows:
                 row = Row(name)
                 tag = uuid.uuid4().hex[:6]
                 upstream.writes = name != "episodes"
-                env = {"MEMPROXY_UPSTREAM_BASE_URL": up_url, **settings[name]}
+                env = {"MEMPROXY_UPSTREAM_BASE_URL": up_url, **args.set, **settings[name]}
                 print(f"{name}: {' '.join(f'{k}={v}' for k, v in settings[name].items())}",
                       flush=True)  # fmt: skip
                 with memproxy(folder, name.replace(" ", "-"), env) as url:
@@ -397,7 +398,18 @@ def main() -> None:
     parser.add_argument("--conversations", default="", help="sample ids, e.g. conv-26 (all)")
     parser.add_argument("--threads", type=int, default=2, help="llama-server's threads")
     parser.add_argument("--folder", help="keep the servers' logs and databases here")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"of {', '.join(ROWS)} (all)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE",
+        help="a setting for every row's server, e.g. MEMPROXY_RECALL_LIMIT=12 (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args()
+    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    if unknown := sorted(set(args.rows) - set(ROWS)):
+        parser.error(f"--rows: no row {', '.join(unknown)} (rows: {', '.join(ROWS)})")
+    if bad := [s for s in args.set if "=" not in s or not s.startswith("MEMPROXY_")]:
+        parser.error(f"--set takes MEMPROXY_NAME=VALUE, not {', '.join(bad)}")
+    args.set = dict(s.split("=", 1) for s in args.set)
     args.folder = args.folder or tempfile.mkdtemp(prefix="pipeline-eval-")
     Path(args.folder).mkdir(parents=True, exist_ok=True)
     data = json.loads(args.data.read_text())

@@ -3,6 +3,7 @@ unit tests, or the real fake server on loopback (tests/servers.py) for end-to-en
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
@@ -61,6 +62,48 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch, database_url: str) -> No
             monkeypatch.delenv(name)
     monkeypatch.setitem(Settings.model_config, "env_file", None)
     monkeypatch.setenv("MEMPROXY_DATABASE_URL", database_url)
+
+
+_LOGGERS = ("memproxy", "py.warnings", "", "uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A test that starts memproxy in-process (`configure_logging`) leaves the loggers as they
+    were: else later tests' `caplog` would see nothing of `memproxy`, whose records no longer
+    propagate, and whether one does would depend on which tests ran first in its process."""
+    saved = [(logger, logger.handlers[:], logger.propagate, logger.level)
+             for logger in map(logging.getLogger, _LOGGERS)]  # fmt: skip
+    yield
+    for logger, handlers, propagate, level in saved:
+        logger.handlers[:] = handlers
+        logger.propagate, logger.level = propagate, level
+
+
+class _Forward(logging.Handler):
+    """Hands `memproxy`'s records to pytest's capture while the `memproxy` logger keeps them to
+    itself (else they reach the capture on the root logger anyway)."""
+
+    def __init__(self, capture: logging.Handler) -> None:
+        super().__init__()
+        self.capture = capture
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stopped = not logging.getLogger("memproxy").propagate
+        if stopped and record.levelno >= self.capture.level:
+            self.capture.handle(record)
+
+
+@pytest.fixture
+def caplog(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """pytest's `caplog`, seeing `memproxy`'s records too once an app started in the test has
+    configured its logging (`configure_logging`: they no longer propagate to the root logger,
+    where pytest listens)."""
+    own = logging.getLogger("memproxy")
+    forward = _Forward(caplog.handler)
+    own.addHandler(forward)
+    yield caplog
+    own.removeHandler(forward)
 
 
 def make_settings(**overrides: Any) -> Settings:
