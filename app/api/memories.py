@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -11,7 +11,7 @@ from starlette.responses import Response, StreamingResponse
 from app.deps import AdminCallerDep, MemoryCaller, MemoryCallerDep
 from app.errors import InvalidRequest, NotFound, ServerBusy, ValidationFailed
 from app.memory.store.claims import IdTaken
-from app.memory.store.records import NewMemory
+from app.memory.store.records import MemoryRecord, NewMemory
 from app.memory.store.tables import MemoryType
 from app.proxy.body import read_body
 from app.proxy.identity import clean_user_id
@@ -60,7 +60,7 @@ async def create_memories(body: MemoryBatchCreate, caller: MemoryCallerDep) -> M
     for i, item in enumerate(body.memories):
         _check_length(caller, item.content, f"memories.{i}.content")
     records = (await caller.memory.add(caller.user_id, [_new(i) for i in body.memories])).records
-    data = [MemoryPublic.of(r) for r in records]
+    data = [MemoryPublic.of(r) for r in records]  # new: linked to nothing yet
     return MemoryList(data=data, total=len(data), limit=len(data), offset=0, has_more=False)
 
 
@@ -79,7 +79,7 @@ async def list_memories(
     records, total = await caller.memory.page(
         caller.user_id, types=type or (), contains=q, profile=profile, limit=limit, offset=offset
     )
-    data = [MemoryPublic.of(r) for r in records]
+    data = await _shown(caller, records)
     return MemoryList(
         data=data, total=total, limit=limit, offset=offset, has_more=offset + len(data) < total
     )
@@ -112,8 +112,12 @@ async def search_memories(body: MemorySearch, caller: MemoryCallerDep) -> Search
         min_score=min_score,
         types=[t.value for t in body.types or ()],
     )
+    linked = await caller.memory.store.linked(caller.user_id, [f.memory.id for f in found])
     hits = [
-        MemoryHit(**MemoryPublic.of(f.memory).model_dump(), score=round(f.hit.score, 6))
+        MemoryHit(
+            **MemoryPublic.of(f.memory, linked.get(f.memory.id, ())).model_dump(),
+            score=round(f.hit.score, 6),
+        )
         for f in found
     ]
     return SearchResults(data=hits)
@@ -178,8 +182,8 @@ async def export_memories(caller: MemoryCallerDep) -> Response:
     """Every memory of the user as JSON Lines (what `/import` reads back)."""
 
     async def lines() -> AsyncIterator[bytes]:
-        async for record in caller.memory.export(caller.user_id):
-            yield export_line(record)
+        async for record, linked in caller.memory.export_linked(caller.user_id):
+            yield export_line(record, linked)
 
     return StreamingResponse(
         lines(),
@@ -217,7 +221,7 @@ async def get_memory(memory_id: str, caller: MemoryCallerDep) -> MemoryPublic:
     record = await caller.memory.get(caller.user_id, memory_id)
     if record is None:
         raise _not_found(memory_id)
-    return MemoryPublic.of(record)
+    return (await _shown(caller, [record]))[0]
 
 
 @router.get("/{memory_id}/history", responses=_ERRORS)
@@ -247,7 +251,7 @@ async def update_memory(
     record = await caller.memory.update(caller.user_id, memory_id, **changes)
     if record is None:
         raise _not_found(memory_id)
-    return MemoryPublic.of(record)
+    return (await _shown(caller, [record]))[0]
 
 
 @router.delete("/{memory_id}", responses=_ERRORS)
@@ -257,7 +261,7 @@ async def delete_memory(memory_id: str, caller: MemoryCallerDep) -> Deleted:
     removed = await caller.memory.delete(caller.user_id, [memory_id])
     if not removed.ids:
         raise _not_found(memory_id)
-    also = [MemoryPublic.of(r) for r in removed.also]
+    also = [MemoryPublic.of(r, removed.linked.get(r.id, ())) for r in removed.also]
     return Deleted(id=memory_id, deleted=1 + len(also), also_deleted=also)
 
 
@@ -274,6 +278,12 @@ def _new(body: MemoryCreate) -> NewMemory:
         content=body.content, type=body.type, metadata=body.metadata, pinned=body.pinned,
         profile=body.profile, observed_at=body.observed_at,
     )  # fmt: skip
+
+
+async def _shown(caller: MemoryCaller, records: Sequence[MemoryRecord]) -> list[MemoryPublic]:
+    """The records as the API shows them, each with the ids linked to it (one query)."""
+    linked = await caller.memory.store.linked(caller.user_id, [r.id for r in records])
+    return [MemoryPublic.of(r, linked.get(r.id, ())) for r in records]
 
 
 def _check_length(caller: MemoryCaller, content: str, param: str) -> None:

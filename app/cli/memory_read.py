@@ -124,8 +124,8 @@ async def _export(c: Command) -> int:
     """JSON Lines to --output or stdout (``--json`` changes nothing: it is JSON already)."""
     count = 0
     with _output(c.args.output) as out:
-        async for record in c.memory.export(c.args.user):
-            out.write(export_line(record))
+        async for record, linked in c.memory.export_linked(c.args.user):
+            out.write(export_line(record, linked))
             count += 1
     c.note(f"exported {plural(count, 'memory', 'memories')} of {c.args.user}")
     return 0

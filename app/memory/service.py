@@ -17,6 +17,7 @@ from typing import Any, Unpack
 from app.memory.search.cache import IndexCache
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.parts import decode, embed_for_store, vector_model
+from app.memory.search.provenance import provenance
 from app.memory.search.ranking import Hit, Recalled, Searcher, Shares
 from app.memory.search.restating import restatements
 from app.memory.store.events import Event
@@ -33,6 +34,7 @@ from app.memory.store.records import (
 from app.memory.store.tables import MemorySource, MemoryType
 
 logger = logging.getLogger("memproxy.memory")
+EXPORT_PAGE = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,18 +72,22 @@ class MemoryService:
         (``Written.created`` tells them apart). `rename_taken` and `once`: see
         :meth:`MemoryStore.add` (another user's id imported under one of this user's; a text the
         user has already is not stored twice, also when sent at once from several places)."""
-        embedded = await embed_for_store(self.embedder, [item.content for item in items])
+        items, links = await provenance(self.store, user_id, items)
+        texts = [item.index_text or item.content for item in items]
+        embedded = await embed_for_store(self.embedder, texts)
         prepared = [
             replace(item, embedding=e.embedding, embedding_model=e.model)
             for item, e in zip(items, embedded, strict=True)
         ]
-        written = await self.store.add(user_id, prepared, rename_taken=rename_taken, once=once)
+        written = await self.store.add(
+            user_id, prepared, rename_taken=rename_taken, once=once, links=links
+        )
         fresh = [i for i, created in enumerate(written.created) if created]
         if fresh:
             records = [written.records[i] for i in fresh]
             self.cache.written(
                 user_id,
-                Written(records, written.version, [True] * len(fresh)),
+                Written(records, written.version, [True] * len(fresh), written.links),
                 [embedded[i].vectors for i in fresh],
             )
         return written
@@ -181,6 +187,27 @@ class MemoryService:
 
     def export(self, user_id: str) -> AsyncIterator[MemoryRecord]:
         return self.store.iterate(user_id)
+
+    async def export_linked(
+        self, user_id: str, *, page: int = EXPORT_PAGE
+    ) -> AsyncIterator[tuple[MemoryRecord, list[str]]]:
+        """Every memory of the user (as :meth:`export`), each with the ids linked to it, read
+        a page of memories at a time (one query a page)."""
+        records: list[MemoryRecord] = []
+        async for record in self.store.iterate(user_id, page=page):
+            records.append(record)
+            if len(records) == page:
+                for pair in await self._with_links(user_id, records):
+                    yield pair
+                records = []
+        for pair in await self._with_links(user_id, records):
+            yield pair
+
+    async def _with_links(
+        self, user_id: str, records: list[MemoryRecord]
+    ) -> list[tuple[MemoryRecord, list[str]]]:
+        linked = await self.store.linked(user_id, [r.id for r in records]) if records else {}
+        return [(r, linked.get(r.id, [])) for r in records]
 
     async def stats(self, user_id: str) -> dict[str, Any]:
         stats = await self.store.stats(user_id)

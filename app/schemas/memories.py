@@ -12,6 +12,7 @@ and a day from now; `profile` is a JSON boolean (``"yes"`` or ``1`` is refused).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -151,10 +152,18 @@ class MemoryPublic(BaseModel):
     """When what it says was said."""
     recall_count: int
     last_recalled_at: datetime | None
+    linked: list[str] = Field(
+        default_factory=list,
+        description="Provenance: the ids of the memories linked to this one. A fact's are the "
+        "episodes (the user's words) it was written from; an episode's, the facts written from "
+        "it. An import puts back those whose other memory is in the import or is the user's.",
+    )
 
     @classmethod
-    def of(cls, record: MemoryRecord) -> MemoryPublic:
-        return cls.model_validate(record, from_attributes=True)  # the record's own fields
+    def of(cls, record: MemoryRecord, linked: Sequence[str] = ()) -> MemoryPublic:
+        public = cls.model_validate(record, from_attributes=True)  # the record's own fields
+        public.linked = list(linked)
+        return public
 
 
 class MemoryEventPublic(BaseModel):

@@ -8,6 +8,8 @@ as said when it was written (its `created_at`, else now), and as no profile fact
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -28,6 +30,7 @@ from app.schemas.memories import (
 )
 
 MAX_IMPORT_LINES = 10 * MAX_BATCH
+MemoryId = Annotated[str, Field(pattern=ID_PATTERN)]
 
 
 def imported_date(value: datetime | None) -> datetime | None:
@@ -56,6 +59,10 @@ class MemoryImport(MemoryCreate):
     ranks by neither; the count only orders the user's own profile past its budget, so a forged
     count boosts nothing over what the user already has."""
     last_recalled_at: datetime | None = None
+    linked: Annotated[list[MemoryId], Field(max_length=MAX_BATCH)] = Field(default_factory=list)
+    """The ids of the memories linked to it (provenance): each link is put back when its other
+    memory is in the import or is the user's already (the others are dropped); with new ids,
+    those within the import only."""
 
     _check_created_at = field_validator("created_at")(imported_date)
 
@@ -65,9 +72,9 @@ class MemoryImport(MemoryCreate):
         return instant(value, "last_recalled_at")
 
 
-def export_line(record: MemoryRecord) -> bytes:
-    """One memory as a line of an export (JSON Lines)."""
-    return orjson.dumps(MemoryPublic.of(record).model_dump(mode="json")) + b"\n"
+def export_line(record: MemoryRecord, linked: Sequence[str] = ()) -> bytes:
+    """One memory as a line of an export (JSON Lines), with the ids linked to it."""
+    return orjson.dumps(MemoryPublic.of(record, linked).model_dump(mode="json")) + b"\n"
 
 
 def _kept(item: MemoryImport) -> dict[str, Any]:
@@ -89,6 +96,7 @@ def read_import(
     new id (its created event names the id it copies): to import another user's export. More
     than `max_lines` memories (None: no limit) is a 400."""
     items: list[NewMemory] = []
+    lines: list[MemoryImport] = []
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
@@ -108,6 +116,7 @@ def read_import(
             reason = first["msg"].removeprefix("Value error, ")
             raise ValidationFailed(f"line {number}: {reason}", param=where) from None
         check_length(item.content, max_chars, f"line {number}.content")
+        lines.append(item)
         copied = new_ids and item.id is not None
         items.append(
             NewMemory(
@@ -116,9 +125,15 @@ def read_import(
                 created_at=item.created_at, profile=item.profile,
                 observed_at=item.observed_at or item.created_at,
                 detail=f"imported as a copy of memory {item.id}" if copied else None,
+                copy_of=item.id if new_ids else None,
                 **({} if new_ids else _kept(item)),
             )
         )  # fmt: skip
     if not items:
         raise InvalidRequest("nothing to import: send JSON Lines, one memory each", code="empty")
-    return items
+    # A copy links only within its own import: another id names another user's memory.
+    within = {line.id for line in lines if line.id} if new_ids else None
+    return [
+        replace(item, linked=tuple(i for i in line.linked if within is None or i in within))
+        for item, line in zip(items, lines, strict=True)
+    ]

@@ -29,7 +29,7 @@ from app.memory.learning.own_words import own_words
 from app.memory.learning.turns import role_of, text_of
 from app.memory.search.cache import UserIndex
 from app.memory.search.lexical import STOP_WORDS
-from app.memory.search.parts import Embedded
+from app.memory.search.parts import Embedded, index_key
 from app.memory.store.tables import Memory, MemorySource, MemoryType
 from app.memory.store.unit import Writer
 
@@ -165,15 +165,7 @@ def index_keys(episodes: Sequence[str], facts: Sequence[str]) -> list[str]:
     for fact in facts:
         for at in sources_of(fact, [(str(i), text) for i, text in enumerate(episodes)]):
             drawn.setdefault(int(at), []).append(fact)
-    return [
-        " ".join([text, *(_sentence(f) for f in drawn.get(i, ()))])
-        for i, text in enumerate(episodes)
-    ]
-
-
-def _sentence(text: str) -> str:
-    text = " ".join(text.split())
-    return text if text.endswith((".", "!", "?")) else f"{text}."
+    return [index_key(text, drawn.get(i, ())) for i, text in enumerate(episodes)]
 
 
 def sources_of(fact: str, episodes: Sequence[tuple[str, str]]) -> list[str]:

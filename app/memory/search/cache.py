@@ -218,7 +218,7 @@ class IndexCache:
                          r.pinned, r.profile, r.observed_at, r.recall_count, r.index_text)
                 for r in written.records
             ]  # fmt: skip
-            entry.put(rows, vectors)
+            entry.put(rows, vectors, written.links)
             entry.version = written.version
 
     def deleted(self, user_id: str, deleted: Removed) -> None:

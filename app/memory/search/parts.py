@@ -55,6 +55,18 @@ def parts_of(text: str) -> list[str]:
     return [text, *(f"{label} {s}" if label else s for s in sentences)]
 
 
+def index_key(text: str, facts: Sequence[str]) -> str:
+    """The key an episode (`text`, the user's words) is found by: its words, then the facts
+    written from it, each as a sentence of its own (the learning path's and an import's:
+    :func:`app.memory.learning.episodes.index_keys`)."""
+    return " ".join([text, *(_sentence(fact) for fact in facts)])
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return text if text.endswith((".", "!", "?")) else f"{text}."
+
+
 def part_ids(key: int, parts: int) -> np.ndarray:
     return (np.int64(key) << PART_BITS) + np.arange(parts, dtype=np.int64)
 

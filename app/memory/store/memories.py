@@ -21,19 +21,19 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Unpack
 
-from sqlalchemy import delete, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from app.memory.store import events
 from app.memory.store.claims import IdTaken, found, own_ids, same_text
 from app.memory.store.db import writing
+from app.memory.store.links import before_delete, restore
 from app.memory.store.marks import RecallMarks
 from app.memory.store.queries import MemoryQueries, own
 from app.memory.store.records import (
     RECORD_COLUMNS,
     Changes,
     MemoryRecord,
-    Moved,
     NewMemory,
     Removed,
     Written,
@@ -45,22 +45,17 @@ from app.memory.store.records import (
     record_of_row,
 )
 from app.memory.store.tables import (
-    JobStatus,
-    ManagerJob,
-    ManagerState,
     Memory,
-    MemoryEvent,
-    MemoryLink,
     MemorySource,
     MemoryType,
-    ProcessedTurn,
 )
 from app.memory.store.unit import Writer
+from app.memory.store.whole import WholeUser
 
 _CHANGEABLE = frozenset(Changes.__annotations__)
 
 
-class MemoryStore(MemoryQueries):
+class MemoryStore(MemoryQueries, WholeUser):
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self.sessions = async_sessionmaker(engine, expire_on_commit=False)
@@ -89,6 +84,7 @@ class MemoryStore(MemoryQueries):
         job_id: str | None = None,
         rename_taken: bool = False,
         once: bool = False,
+        links: Sequence[tuple[str, str]] = (),
     ) -> Written:
         """Create memories; an item whose id already exists (for this user) is left as it is and
         returned unchanged (``Written.created`` says which were new), also when a concurrent
@@ -98,11 +94,13 @@ class MemoryStore(MemoryQueries):
         derived from it (:mod:`app.memory.store.claims`). With `once`, an item with the words of
         one of the user's memories is not created either: that memory is returned, also under
         concurrent writes (the user's write lock is held from the look to the commit). Only
-        created memories bump the version and get events."""
+        created memories bump the version and get events. `links`: pairs of ids to link
+        (:func:`~app.memory.store.links.restore`), an item named by its id as given or the id
+        it copies (``copy_of``), any other id as the user's memory."""
         attempt = 0
         while True:
             try:
-                return await self._add(user_id, items, job_id, rename_taken, once)
+                return await self._add(user_id, items, job_id, rename_taken, once, links)
             except IdTaken:  # renamed: another user's write took an id since the look; again
                 attempt += 1
                 if not rename_taken or attempt == 3:
@@ -115,8 +113,10 @@ class MemoryStore(MemoryQueries):
         job_id: str | None,
         rename_taken: bool,
         once: bool,
+        links: Sequence[tuple[str, str]],
     ) -> Written:
         stamp = now()
+        given = items
         actor = items[0].source if items else MemorySource.API
         async with self.writing(user_id, actor, job_id=job_id) as w:
             if once:
@@ -147,13 +147,15 @@ class MemoryStore(MemoryQueries):
                 raced = [memory_id for memory_id in fresh if memory_id not in inserted]
                 if raced:  # committed by another write since the read above: they exist now
                     existing.update(await found(w, raced, expected=True))
+            named = {(i.id or i.copy_of or ""): got for i, got in zip(given, ids, strict=True)}
+            restored = await restore(w, links, named) if links else []
         assert w.version is not None
         rows = existing | {memory_id: fresh[memory_id] for memory_id in inserted}
         created = []
         for memory_id in ids:  # an id twice in the batch: created by its first item only
             created.append(memory_id in inserted)
             inserted.discard(memory_id)
-        return Written([record_of(rows[i]) for i in ids], w.version, created)
+        return Written([record_of(rows[i]) for i in ids], w.version, created, restored)
 
     async def update(
         self,
@@ -203,53 +205,15 @@ class MemoryStore(MemoryQueries):
         async with self.writing(user_id, actor) as w:
             await w.lock()  # before the read: two deletes of one memory must not both delete it
             rows = await w.rows(asked)
+            restating = [key for keys in (same or {}).values() for key in keys]
+            linked = await before_delete(w, list(rows), restating)
             for row in (rows[memory_id] for memory_id in asked if memory_id in rows):
                 along += await w.delete(row, same=(same or {}).get(row.id))
         assert w.version is not None
         ids = [memory_id for memory_id in asked if memory_id in w.gone]
         also = [record_of(row, embedding=False) for row in along if row.id not in rows]
-        return Removed(list(w.gone.values()), w.version, ids, also)
-
-    async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> Removed:
-        """Erase everything kept about the user's memories, in one transaction: the memories and
-        their links and history, processed turns' fingerprints, the Manager jobs not yet applied."""
-        async with self.writing(user_id, actor) as w:
-            keys = await w.delete_matching(None)
-            for table in (MemoryEvent, ProcessedTurn, ManagerJob):
-                await w.execute(delete(table).where(table.user_id == user_id))
-        assert w.version is not None
-        return Removed(keys, w.version)
-
-    async def move(
-        self, from_user: str, to_user: str, *, actor: MemorySource = MemorySource.API
-    ) -> Moved:
-        """Give all of `from_user`'s memories to `to_user` in one transaction: same ids, their
-        links, their whole history (with a ``moved`` event each, and the events of memories
-        deleted before), the fingerprints of the turns they were learned from (so the
-        conversations are not learned from again), and the Manager jobs not running yet (a
-        running job finishes for `from_user`). With neither memories nor such jobs, nothing
-        changes."""
-        if from_user == to_user:
-            raise ValueError("cannot move a user's memories to the same user")
-        async with writing(self.sessions) as session:
-            source = Writer(session, from_user, actor, None)
-            target = Writer(session, to_user, actor, None)
-            keys = await source.hand_over(target)
-            jobs = await session.execute(
-                update(ManagerJob)
-                .where(
-                    ManagerJob.user_id == from_user,
-                    ManagerJob.status != JobStatus.RUNNING.value,
-                )
-                .values(user_id=to_user)
-            )
-            moved_jobs = int(jobs.rowcount or 0)  # type: ignore[attr-defined]
-            if keys or moved_jobs:
-                await _give_the_rest(session, from_user, to_user)
-            await source.finish()
-            await target.finish()
-        assert source.version is not None and target.version is not None
-        return Moved(keys, source.version, target.version, moved_jobs)
+        linked = {memory_id: linked[memory_id] for memory_id in w.gone if memory_id in linked}
+        return Removed(list(w.gone.values()), w.version, ids, also, linked)
 
     async def history(self, user_id: str, memory_id: str) -> list[events.Event]:
         """Every write to one of the user's memories, oldest first, also after its deletion."""
@@ -281,6 +245,16 @@ class MemoryStore(MemoryQueries):
             row = await session.scalar(own(user_id).where(Memory.id == memory_id))
             return record_of(row) if row is not None else None
 
+    async def kinds(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """The type and content of the user's memories with these ids, by id."""
+        if not memory_ids:
+            return {}
+        query = select(Memory.id, Memory.type, Memory.content).where(
+            Memory.user_id == user_id, Memory.id.in_(list(memory_ids))
+        )
+        async with self.sessions() as session:
+            return {i: (t, c) for i, t, c in await session.execute(query)}
+
     async def get_many(self, user_id: str, keys: Sequence[int]) -> dict[int, MemoryRecord]:
         """The user's memories with these keys, by key (embeddings not loaded)."""
         if not keys:
@@ -292,23 +266,3 @@ class MemoryStore(MemoryQueries):
         async with self._engine.connect() as connection:
             rows = await connection.execute(query)
             return {row.key: record_of_row(row) for row in rows if row.user_id == user_id}
-
-
-async def _give_the_rest(session: AsyncSession, from_user: str, to_user: str) -> None:
-    """What else a move gives `to_user`: `from_user`'s history, the links between the memories
-    moved, the fingerprints of the turns already learned from, and the Manager's state (where
-    `to_user` has one already, or the same fingerprint, theirs stays: the user is part of those
-    primary keys)."""
-    known = select(ProcessedTurn.fingerprint).where(ProcessedTurn.user_id == to_user)
-    await session.execute(
-        delete(ProcessedTurn).where(
-            ProcessedTurn.user_id == from_user, ProcessedTurn.fingerprint.in_(known)
-        )
-    )
-    has_state = select(ManagerState.user_id).where(ManagerState.user_id == to_user)
-    if await session.scalar(has_state) is not None:
-        await session.execute(delete(ManagerState).where(ManagerState.user_id == from_user))
-    for table in (MemoryEvent, MemoryLink, ProcessedTurn, ManagerState):
-        await session.execute(
-            update(table).where(table.user_id == from_user).values(user_id=to_user)
-        )

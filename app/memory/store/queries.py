@@ -9,8 +9,9 @@ from typing import Any, TypeAlias
 
 from sqlalchemy import Row, Select, func, literal, select, union_all
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
-from sqlalchemy.orm import aliased, defer
+from sqlalchemy.orm import defer
 
+from app.memory.store.links import key_links, linked_ids
 from app.memory.store.records import (
     IndexRow,
     MemoryRecord,
@@ -24,7 +25,6 @@ from app.memory.store.tables import (
     ManagerState,
     Memory,
     MemoryEvent,
-    MemoryLink,
     MemoryType,
     UserState,
 )
@@ -124,9 +124,9 @@ class MemoryQueries:
             links = (
                 []
                 if not episodes
-                else await _links(session, user_id)
+                else await key_links(session, user_id)
                 if since < 0
-                else await _links(session, user_id, episodes)
+                else await key_links(session, user_id, episodes)
             )
             return Snapshot(version, rows, int(total or 0), links)
 
@@ -135,7 +135,13 @@ class MemoryQueries:
         if not episode_keys:
             return []
         async with self.sessions() as session:
-            return await _links(session, user_id, episode_keys)
+            return await key_links(session, user_id, episode_keys)
+
+    async def linked(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, list[str]]:
+        """For each of these memories of the user, the ids of those linked to it, in one query
+        (:func:`~app.memory.store.links.linked_ids`); those without links are left out."""
+        async with self.sessions() as session:
+            return await linked_ids(session, user_id, memory_ids)
 
     async def keys(self, user_id: str) -> set[int]:
         async with self.sessions() as session:
@@ -257,32 +263,6 @@ def _index_query(
         Memory.recall_count,
         Memory.index_text,
     ).where(Memory.user_id == user_id)
-
-
-async def _links(
-    session: AsyncSession, user_id: str, episode_keys: Sequence[int] | None = None
-) -> list[tuple[int, int]]:
-    """The user's links (fact key, episode key): all of them, or those of `episode_keys` (read
-    in chunks: a bound parameter list stays small)."""
-    fact, episode = aliased(Memory), aliased(Memory)
-    query = (
-        select(fact.key, episode.key)
-        .select_from(MemoryLink)
-        .join(fact, fact.id == MemoryLink.fact_id)
-        .join(episode, episode.id == MemoryLink.episode_id)
-        .where(MemoryLink.user_id == user_id)
-    )
-    if episode_keys is None:
-        return [(int(f), int(e)) for f, e in await session.execute(query)]
-    found: list[tuple[int, int]] = []
-    keys = list(episode_keys)
-    for start in range(0, len(keys), LINK_CHUNK):
-        chunk = query.where(episode.key.in_(keys[start : start + LINK_CHUNK]))
-        found += [(int(f), int(e)) for f, e in await session.execute(chunk)]
-    return found
-
-
-LINK_CHUNK = 1000
 
 
 def _index_row(row: IndexColumns) -> IndexRow:

@@ -60,6 +60,12 @@ class NewMemory:
     profile: bool = False
     observed_at: datetime | None = None
     """When what it says was said; None: when it is written."""
+    index_text: str | None = None
+    """What it is found by when not its content (an imported episode's words and facts)."""
+    copy_of: str | None = None
+    """The id of the line an import with new ids copies (links within the import name it)."""
+    linked: tuple[str, ...] = ()
+    """The ids its import line names as linked to it (the service puts back those it can)."""
 
 
 class Changes(TypedDict, total=False):
@@ -86,6 +92,8 @@ class Written:
     version: int
     created: list[bool]
     """Per record: True when this write created it (False: it existed, e.g. a re-import)."""
+    links: list[tuple[int, int]] = field(default_factory=list)
+    """(fact key, episode key) of the provenance links the write put (back), for the index."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +109,8 @@ class Removed:
     also: list[MemoryRecord] = field(default_factory=list)
     """The memories that went with them (:meth:`app.memory.store.unit.Writer.delete`: the
     episodes a fact was written from, the memories that say the same), as they were."""
+    linked: dict[str, list[str]] = field(default_factory=dict)
+    """By id of a memory deleted: the ids it was linked to, read before the delete."""
 
     @property
     def count(self) -> int:
@@ -197,6 +207,7 @@ def new_row(user_id: str, item: NewMemory, stamp: datetime) -> Memory:
         last_recalled_at=in_utc(item.last_recalled_at) if item.last_recalled_at else None,
         embedding=item.embedding,
         embedding_model=item.embedding_model,
+        index_text=item.index_text,
     )
 
 

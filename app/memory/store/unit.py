@@ -47,7 +47,7 @@ from app.memory.store.tables import (
 _INSERTED = (
     *("id", "user_id", "content", "type", "meta", "source", "pinned", "profile", "created_at"),
     *("updated_at", "observed_at", "recall_count", "last_recalled_at", "embedding"),
-    "embedding_model",
+    *("embedding_model", "index_text"),
 )
 """What :meth:`Writer.insert_new` inserts of a new row (its ``seq`` is the unit's version)."""
 

@@ -118,6 +118,7 @@ function memoryItem(memory, score) {
     memory.pinned ? el("span", { class: "badge pinned" }, "pinned") : null,
     memory.profile ? el("span", { class: "badge profile", title: "shown in every chat" }, "profile") : null,
     score !== undefined ? el("span", { class: "badge score" }, `score ${score.toFixed(3)}`) : null,
+    linkedButton(item, memory),
     // When it was said (a history learned later, an import, an edit may date it before it was written).
     el("span", { class: "said", title: `written ${when(memory.created_at)}` },
        `${memory.source} · said ${when(memory.observed_at)} · recalled ${memory.recall_count}×`),
@@ -133,6 +134,33 @@ function memoryItem(memory, score) {
     el("button", { type: "button", class: "danger", onclick: guarded(() => remove(item, memory)) }, "Delete"));
   item.append(meta, content, actions);
   return item;
+}
+
+// Provenance: a fact names the user's words it was written from, an episode the facts from it.
+function linkedButton(item, memory) {
+  const count = (memory.linked || []).length;
+  if (!count) return null;
+  const label = memory.type === "episode" ? `${plural(count, "fact")} from this`
+    : count === 1 ? "from your words" : `from ${count} passages of your words`;
+  const button = el("button", { type: "button", class: "link linked-toggle", "aria-expanded": "false",
+                                title: "Show the linked memories" }, label);
+  button.addEventListener("click", guarded(() => toggleLinked(item, memory, button)));
+  return button;
+}
+
+async function toggleLinked(item, memory, button) {
+  const shown = item.querySelector(".linked");
+  button.setAttribute("aria-expanded", String(!shown));
+  if (shown) return shown.remove();
+  const found = await Promise.all(memory.linked.map((id) =>
+    json("GET", `/v1/memories/${encodeURIComponent(id)}`).catch((error) => {
+      if (error.status === 404) return null;  // deleted since the list was read
+      throw error;
+    })));
+  const kept = found.filter(Boolean);
+  item.querySelector(".content").after(el("ul", { class: "linked" }, kept.length
+    ? kept.map((m) => el("li", {}, el("span", { class: `badge type-${m.type}` }, m.type), " ", m.content))
+    : el("li", { class: "muted" }, "Deleted since.")));
 }
 
 function replaceItem(item, memory) {
