@@ -209,6 +209,22 @@ def questions_of(conversation: Conversation, letters: list[str]) -> tuple[list[Q
     return out, dropped
 
 
+def first_sessions(sample: dict[str, Any], n: int) -> dict[str, Any]:
+    """`sample` with its first `n` sessions only, and the questions whose every evidence turn
+    (``D<session>:<turn>``) is in them."""
+    numbered = re.compile(r"session_(\d+)(?:_date_time)?")
+    conversation = {
+        key: value for key, value in sample["conversation"].items()
+        if not (m := numbered.fullmatch(key)) or int(m.group(1)) <= n
+    }  # fmt: skip
+
+    def within(qa: dict[str, Any]) -> bool:
+        found = [int(x) for e in qa.get("evidence", []) for x in re.findall(r"D(\d+):", e)]
+        return bool(found) and max(found) <= n
+
+    return sample | {"conversation": conversation, "qa": [q for q in sample["qa"] if within(q)]}
+
+
 # --- one row ----------------------------------------------------------------------------------
 
 
@@ -358,9 +374,9 @@ async def evaluate(args: argparse.Namespace, convs: list[Conversation]) -> list[
                 row = Row(name)
                 tag = uuid.uuid4().hex[:6]
                 upstream.writes = name != "episodes"
-                env = {"MEMPROXY_UPSTREAM_BASE_URL": up_url, **args.set, **settings[name]}
-                print(f"{name}: {' '.join(f'{k}={v}' for k, v in settings[name].items())}",
-                      flush=True)  # fmt: skip
+                chosen = {**settings[name], **args.set}  # --set has the last word
+                env = {"MEMPROXY_UPSTREAM_BASE_URL": up_url, **chosen}
+                print(f"{name}: {' '.join(f'{k}={v}' for k, v in chosen.items())}", flush=True)
                 with memproxy(folder, name.replace(" ", "-"), env) as url:
                     async with AsyncExitStack() as inner:
                         client = await inner.enter_async_context(
@@ -398,6 +414,11 @@ def main() -> None:
     parser.add_argument("--conversations", default="", help="sample ids, e.g. conv-26 (all)")
     parser.add_argument("--threads", type=int, default=2, help="llama-server's threads")
     parser.add_argument("--folder", help="keep the servers' logs and databases here")
+    parser.add_argument(
+        "--sessions", type=int, default=0,
+        help="learn the first N sessions of each conversation and ask only the questions whose "
+        "evidence is in them (all)",
+    )  # fmt: skip
     parser.add_argument("--rows", default=",".join(ROWS), help=f"of {', '.join(ROWS)} (all)")
     parser.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE",
@@ -415,6 +436,8 @@ def main() -> None:
     data = json.loads(args.data.read_text())
     if args.conversations:
         data = [s for s in data if s["sample_id"] in args.conversations.split(",")]
+    if args.sessions:
+        data = [first_sessions(s, args.sessions) for s in data]
     letters = ["a", "b"] if args.speaker == "both" else [args.speaker]
     convs = [conversation_of(sample, letters) for sample in data]
     asked = [questions_of(c, letters) for c in convs]

@@ -167,6 +167,23 @@ async def test_profile_facts_and_episodes_with_the_time_they_were_said(keyed: St
     assert stored["profile"] is True
 
 
+async def test_update_memory_changes_the_profile_mark_and_pin_of_a_memory(keyed: Stack) -> None:
+    ivy = key("open") | {"X-User-Id": "ivy"}
+    async with connect(keyed, **ivy) as client:
+        fact = await call(client, "remember", content="The user is allergic to nuts")
+        marked = await call(client, "update_memory", id=fact["id"], profile=True)
+        assert (marked["content"], marked["profile"], marked["pinned"]) == (
+            "The user is allergic to nuts", True, False)  # fmt: skip
+        pinned = await call(client, "update_memory", id=fact["id"], pinned=True, profile=False)
+        assert (pinned["profile"], pinned["pinned"]) == (False, True)
+        assert "nothing to change" in await failure(client, "update_memory", id=fact["id"])
+    stored = (await http(keyed, "GET", f"/v1/memories/{fact['id']}", ivy)).json()
+    assert (stored["content"], stored["profile"], stored["pinned"]) == (
+        "The user is allergic to nuts", False, True)  # fmt: skip
+    history = (await http(keyed, "GET", f"/v1/memories/{fact['id']}/history", ivy)).json()
+    assert len(history["data"]) == 3  # created, then the two changes
+
+
 async def test_one_user_cannot_reach_another_s_memories(keyed: Stack) -> None:
     async with connect(keyed, **key("di")) as di:
         secret = await call(di, "remember", content="The user's PIN is 4711")
@@ -191,6 +208,8 @@ async def test_one_user_cannot_reach_another_s_memories(keyed: Stack) -> None:
         ("remember", {"content": "x" * (MAX_CHARS + 1)}, "MEMPROXY_MEMORY_MAX_CHARS"),
         ("update_memory", {"id": "no-such-id", "content": "x"}, "no memory with id 'no-such-id'"),
         ("update_memory", {"id": "no-such-id", "content": ""}, "content must not be empty"),
+        ("update_memory", {"id": "no-such-id", "profile": True}, "no memory with id 'no-such-id'"),
+        ("update_memory", {"id": "no-such-id", "profile": "maybe"}, "valid boolean"),
         ("forget", {"id": "no-such-id"}, "no memory with id 'no-such-id'"),
         ("recall", {"query": "tea", "limit": 0}, "greater than or equal to 1"),
         ("recall", {"query": "tea", "limit": 101}, "less than or equal to 100"),

@@ -36,7 +36,7 @@ from app import __version__
 from app.config import Settings
 from app.deps import Services, chat_user, client_key
 from app.errors import MemproxyError, ServerBusy
-from app.memory.store.records import MemoryRecord, NewMemory
+from app.memory.store.records import Changes, MemoryRecord, NewMemory
 from app.memory.store.tables import MemoryType
 from app.schemas.mcp import Forgotten, Hit, Item, Page, Recalled, Remembered, Stats
 from app.schemas.memories import MemoryCreate, MemorySearch, check_length
@@ -132,13 +132,31 @@ async def list_memories(
 
 
 async def update_memory(
-    ctx: Context, id: Id, content: Annotated[str, Field(description="The new text.")]
+    ctx: Context,
+    id: Id,
+    content: Annotated[str | None, Field(description="The new text.")] = None,
+    pinned: Annotated[
+        bool | None, Field(description="True: shown in every chat; false: no longer pinned.")
+    ] = None,
+    profile: Annotated[
+        bool | None,
+        Field(description="True: a standing fact about the user, shown in every chat; false: not."),
+    ] = None,
 ) -> Annotated[CallToolResult, Item]:
-    """Replace the text of one of the user's memories, when what it says has changed or was
-    wrong. Find the id with recall or list_memories first. Returns the memory as updated."""
+    """Change one of the user's memories: its text, when what it says has changed or was wrong,
+    or whether it is pinned or a profile fact (shown in every chat). Give at least one of them;
+    find the id with recall or list_memories first. Returns the memory as updated."""
     caller = _caller(ctx)
-    text = _text(caller, content)
-    record = await caller.services.memory.update(caller.user_id, id, content=text)
+    changes: Changes = {}
+    if content is not None:
+        changes["content"] = _text(caller, content)
+    if pinned is not None:
+        changes["pinned"] = pinned
+    if profile is not None:
+        changes["profile"] = profile
+    if not changes:
+        raise ToolError("nothing to change: give content, pinned or profile")
+    record = await caller.services.memory.update(caller.user_id, id, **changes)
     if record is None:
         raise ToolError(UNKNOWN.format(id))
     return _result(_item(record))

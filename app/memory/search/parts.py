@@ -55,11 +55,25 @@ def parts_of(text: str) -> list[str]:
     return [text, *(f"{label} {s}" if label else s for s in sentences)]
 
 
+KEY_FACT_CHARS = 1500
+"""Most characters the facts add to an episode's key: a job writes a few facts from one turn,
+while an import's lines may link an episode to any number of long ones (a key is embedded,
+indexed and stored: it must stay about the size of the words it keys)."""
+
+
 def index_key(text: str, facts: Sequence[str]) -> str:
     """The key an episode (`text`, the user's words) is found by: its words, then the facts
-    written from it, each as a sentence of its own (the learning path's and an import's:
-    :func:`app.memory.learning.episodes.index_keys`)."""
-    return " ".join([text, *(_sentence(fact) for fact in facts)])
+    written from it, each as a sentence of its own, as many as fit in :data:`KEY_FACT_CHARS`
+    (the learning path's and an import's: :func:`app.memory.learning.episodes.index_keys`)."""
+    added: list[str] = []
+    room = KEY_FACT_CHARS
+    for fact in facts:
+        sentence = _sentence(fact)
+        if len(sentence) + 1 > room:
+            continue  # too long for what is left; a shorter one after it may still fit
+        added.append(sentence)
+        room -= len(sentence) + 1
+    return " ".join([text, *added])
 
 
 def _sentence(text: str) -> str:

@@ -22,8 +22,8 @@ async def provenance(
     the facts linked to it give it, as the learning path keys an episode (:func:`index_key`):
     the facts of the import, and the user's stored ones."""
     named: dict[str, NewMemory] = {}
-    for item in items:
-        named.setdefault(item.id or item.copy_of or "", item)
+    for item in items:  # a line named twice: the last, as the store maps the id to its copy
+        named[item.id or item.copy_of or ""] = item
     named.pop("", None)
     pairs = {
         frozenset((ref, other)): (ref, other)

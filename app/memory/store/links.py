@@ -87,6 +87,7 @@ async def before_delete(
             or_(
                 named,
                 MemoryLink.episode_id.in_(list(memory_ids)),
+                MemoryLink.episode_id.in_(asked),  # an episode that says it too goes along
                 MemoryLink.episode_id.in_(episodes),
             )
         )
@@ -117,12 +118,14 @@ async def restore(
         return []
     await w.lock()  # before the look at the links: a concurrent import of them waits here
     ends = list({i for pair in named for i in pair})
-    found = await w.execute(
-        select(Memory.id, Memory.key, Memory.type).where(
-            Memory.user_id == w.user_id, Memory.id.in_(ends)
+    rows: dict[str, Any] = {}
+    for start in range(0, len(ends), LINK_CHUNK):
+        found = await w.execute(
+            select(Memory.id, Memory.key, Memory.type).where(
+                Memory.user_id == w.user_id, Memory.id.in_(ends[start : start + LINK_CHUNK])
+            )
         )
-    )
-    rows = {row.id: row for row in found}
+        rows |= {row.id: row for row in found}
     wanted: dict[tuple[str, str], tuple[int, int]] = {}
     for a, b in named:
         one, other = rows.get(a), rows.get(b)
@@ -133,13 +136,22 @@ async def restore(
         if one.type != MemoryType.EPISODE.value and other.type == MemoryType.EPISODE.value:
             wanted[(one.id, other.id)] = (one.key, other.key)
     facts = list({f for f, _ in wanted})
-    there = await w.execute(
-        select(MemoryLink.fact_id, MemoryLink.episode_id).where(
-            MemoryLink.user_id == w.user_id, MemoryLink.fact_id.in_(facts)
+    known: set[tuple[str, str]] = set()
+    for start in range(0, len(facts), LINK_CHUNK):
+        there = await w.execute(
+            select(MemoryLink.fact_id, MemoryLink.episode_id).where(
+                MemoryLink.user_id == w.user_id,
+                MemoryLink.fact_id.in_(facts[start : start + LINK_CHUNK]),
+            )
         )
-    )
-    known = {(row.fact_id, row.episode_id) for row in there}
-    for fact_id, episode_id in wanted:
-        if (fact_id, episode_id) not in known:
-            w.link(fact_id, episode_id)
+        known |= {(row.fact_id, row.episode_id) for row in there}
+    added = [pair for pair in wanted if pair not in known]
+    for fact_id, episode_id in added:
+        w.link(fact_id, episode_id)
+    # An episode stored before this unit that gets a link is stamped as written by it: another
+    # process's index catches up by the rows written since its version, with their links.
+    touched = list({episode_id for _, episode_id in added})
+    for start in range(0, len(touched), LINK_CHUNK):
+        for row in (await w.rows(touched[start : start + LINK_CHUNK])).values():
+            w.stamp(row)
     return list(wanted.values())

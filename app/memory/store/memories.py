@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from app.memory.store import events
 from app.memory.store.claims import IdTaken, found, own_ids, same_text
 from app.memory.store.db import writing
-from app.memory.store.links import before_delete, restore
+from app.memory.store.links import LINK_CHUNK, before_delete, restore
 from app.memory.store.marks import RecallMarks
 from app.memory.store.queries import MemoryQueries, own
 from app.memory.store.records import (
@@ -247,13 +247,15 @@ class MemoryStore(MemoryQueries, WholeUser):
 
     async def kinds(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
         """The type and content of the user's memories with these ids, by id."""
-        if not memory_ids:
-            return {}
-        query = select(Memory.id, Memory.type, Memory.content).where(
-            Memory.user_id == user_id, Memory.id.in_(list(memory_ids))
-        )
+        wanted = list(dict.fromkeys(memory_ids))
+        found: dict[str, tuple[str, str]] = {}
         async with self.sessions() as session:
-            return {i: (t, c) for i, t, c in await session.execute(query)}
+            for start in range(0, len(wanted), LINK_CHUNK):  # a bound parameter list stays small
+                query = select(Memory.id, Memory.type, Memory.content).where(
+                    Memory.user_id == user_id, Memory.id.in_(wanted[start : start + LINK_CHUNK])
+                )
+                found |= {i: (t, c) for i, t, c in await session.execute(query)}
+        return found
 
     async def get_many(self, user_id: str, keys: Sequence[int]) -> dict[int, MemoryRecord]:
         """The user's memories with these keys, by key (embeddings not loaded)."""

@@ -86,9 +86,13 @@ class Writer:
     def link(self, fact_id: str, episode_id: str) -> None:
         """Record that the fact `fact_id` was written from the episode `episode_id` (both this
         user's, written in this unit or before)."""
-        link = MemoryLink(user_id=self.user_id, fact_id=fact_id, episode_id=episode_id)
-        link.created_at = now()
-        self._session.add(link)
+        self._session.add(MemoryLink(user_id=self.user_id, fact_id=fact_id,
+                                     episode_id=episode_id, created_at=now()))  # fmt: skip
+
+    def stamp(self, row: Memory) -> None:
+        """Stamp `row` as written by this unit, with no event (its links changed): reread."""
+        if row not in self._written:
+            self._wrote(row)
 
     def update(self, row: Memory, *, before: str, detail: str | None = None) -> None:
         """`row` (one of :meth:`rows`) was changed in place; `before` is its former content,
@@ -176,11 +180,8 @@ class Writer:
         first, second = sorted((self, target), key=lambda w: w.user_id)
         await first._bump()
         await second._bump()
-        found = list(
-            await self._session.execute(
-                select(Memory.key, Memory.id, Memory.content).where(Memory.user_id == self.user_id)
-            )
-        )
+        query = select(Memory.key, Memory.id, Memory.content).where(Memory.user_id == self.user_id)
+        found = list(await self._session.execute(query))
         if not found:
             await self._unbump()
             await target._unbump()
@@ -225,9 +226,8 @@ class Writer:
                 memory_id, EventAction.CREATED, self._actor,
                 after=row.content, detail=(details or {}).get(memory_id),
             )  # fmt: skip
-        if inserted:
-            self._changed = True
-        else:  # nothing written after all: the version must not move
+        self._changed = self._changed or bool(inserted)
+        if not inserted:  # nothing written after all: the version must not move
             await self._unbump()
         return inserted
 

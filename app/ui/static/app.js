@@ -152,15 +152,18 @@ async function toggleLinked(item, memory, button) {
   const shown = item.querySelector(".linked");
   button.setAttribute("aria-expanded", String(!shown));
   if (shown) return shown.remove();
+  // In place before the reads: a second click while they run hides it, and never adds another.
+  const list = el("ul", { class: "linked" }, el("li", { class: "muted" }, "Loading…"));
+  item.querySelector(".content").after(list);
   const found = await Promise.all(memory.linked.map((id) =>
     json("GET", `/v1/memories/${encodeURIComponent(id)}`).catch((error) => {
       if (error.status === 404) return null;  // deleted since the list was read
       throw error;
     })));
   const kept = found.filter(Boolean);
-  item.querySelector(".content").after(el("ul", { class: "linked" }, kept.length
+  list.replaceChildren(...(kept.length
     ? kept.map((m) => el("li", {}, el("span", { class: `badge type-${m.type}` }, m.type), " ", m.content))
-    : el("li", { class: "muted" }, "Deleted since.")));
+    : [el("li", { class: "muted" }, "Deleted since.")]));
 }
 
 function replaceItem(item, memory) {
