@@ -112,13 +112,10 @@ async def search_memories(body: MemorySearch, caller: MemoryCallerDep) -> Search
         min_score=min_score,
         types=[t.value for t in body.types or ()],
     )
-    linked = await caller.memory.store.linked(caller.user_id, [f.memory.id for f in found])
+    shown = await _shown(caller, [f.memory for f in found])
     hits = [
-        MemoryHit(
-            **MemoryPublic.of(f.memory, linked.get(f.memory.id, ())).model_dump(),
-            score=round(f.hit.score, 6),
-        )
-        for f in found
+        MemoryHit(**public.model_dump(), score=round(f.hit.score, 6))
+        for public, f in zip(shown, found, strict=True)
     ]
     return SearchResults(data=hits)
 

@@ -185,14 +185,11 @@ class MemoryService:
     async def history(self, user_id: str, memory_id: str) -> list[Event]:
         return await self.store.history(user_id, memory_id)
 
-    def export(self, user_id: str) -> AsyncIterator[MemoryRecord]:
-        return self.store.iterate(user_id)
-
     async def export_linked(
         self, user_id: str, *, page: int = EXPORT_PAGE
     ) -> AsyncIterator[tuple[MemoryRecord, list[str]]]:
-        """Every memory of the user (as :meth:`export`), each with the ids linked to it, read
-        a page of memories at a time (one query a page)."""
+        """Every memory of the user, oldest first as the store iterates them, each with the ids
+        linked to it, read a page of memories at a time (one query a page)."""
         records: list[MemoryRecord] = []
         async for record in self.store.iterate(user_id, page=page):
             records.append(record)

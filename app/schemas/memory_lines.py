@@ -9,7 +9,6 @@ as said when it was written (its `created_at`, else now), and as no profile fact
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -96,7 +95,6 @@ def read_import(
     new id (its created event names the id it copies): to import another user's export. More
     than `max_lines` memories (None: no limit) is a 400."""
     items: list[NewMemory] = []
-    lines: list[MemoryImport] = []
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
@@ -116,7 +114,6 @@ def read_import(
             reason = first["msg"].removeprefix("Value error, ")
             raise ValidationFailed(f"line {number}: {reason}", param=where) from None
         check_length(item.content, max_chars, f"line {number}.content")
-        lines.append(item)
         copied = new_ids and item.id is not None
         items.append(
             NewMemory(
@@ -125,15 +122,10 @@ def read_import(
                 created_at=item.created_at, profile=item.profile,
                 observed_at=item.observed_at or item.created_at,
                 detail=f"imported as a copy of memory {item.id}" if copied else None,
-                copy_of=item.id if new_ids else None,
+                copy_of=item.id if new_ids else None, linked=tuple(item.linked),
                 **({} if new_ids else _kept(item)),
             )
         )  # fmt: skip
     if not items:
         raise InvalidRequest("nothing to import: send JSON Lines, one memory each", code="empty")
-    # A copy links only within its own import: another id names another user's memory.
-    within = {line.id for line in lines if line.id} if new_ids else None
-    return [
-        replace(item, linked=tuple(i for i in line.linked if within is None or i in within))
-        for item, line in zip(items, lines, strict=True)
-    ]
+    return items  # a copy links within its own import only (search.provenance drops the rest)
