@@ -134,6 +134,11 @@ class Settings(BaseSettings):
     """Least fused score (0-1, see app/memory/search/ranking.py) a memory needs to be injected.
     Measured on the LoCoMo dev conversations: 0.2 keeps 86 % of the memories that answer a question
     (0.3 keeps 61 %); clearly unrelated questions score ~0.1 against a store of personal facts."""
+    companion_threshold: float = Field(default=0.15, ge=0.0, le=1.0)
+    """Least fused score of the memories shown beside one that reaches
+    MEMPROXY_RELEVANCE_THRESHOLD: a chat about the user gets the context around its best match,
+    one about nothing of theirs still gets nothing. Above MEMPROXY_RELEVANCE_THRESHOLD it is that
+    threshold. Measured in docs/performance.md (bench/pipeline_eval.py)."""
     dense_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     """Share of the embedding similarity in the fused score; the rest is BM25's."""
     recall_limit: int = Field(default=8, ge=0, le=100)
@@ -224,6 +229,12 @@ class Settings(BaseSettings):
     """Answer 401 when no user can be resolved, instead of using the `anonymous` user."""
     user_id_headers: CommaList = Field(default_factory=lambda: ["X-OpenWebUI-User-Id", "X-User-Id"])
     """Headers naming the user, in order of precedence (Open WebUI's forwarded header first)."""
+    user_name_headers: CommaList = Field(
+        default_factory=lambda: ["X-OpenWebUI-User-Name", "X-User-Name"]
+    )
+    """Headers saying what the user is called (Open WebUI's, percent-encoded or not, first): a
+    question naming the user is searched as the user asking about themselves. With
+    MEMPROXY_OPENWEBUI_JWT_SECRET, the signed token's name is used instead. Empty: none."""
     task_header: str = "X-OpenWebUI-Task"
     """Header whose non-empty value marks an Open WebUI background task (title, tags...)."""
     openwebui_jwt_secret: SecretStr | None = None
@@ -251,7 +262,10 @@ class Settings(BaseSettings):
     and MEMPROXY_HOST, comma-separated (`memproxy` in the compose stack; `*`: any). Another
     name in `Host` is answered 421: a page on a name rebound to this address would read it."""
 
-    @field_validator("api_keys", "admin_keys", "user_id_headers", "allowed_hosts", mode="before")
+    @field_validator(
+        "api_keys", "admin_keys", "user_id_headers", "user_name_headers", "allowed_hosts",
+        mode="before",
+    )  # fmt: skip
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):

@@ -8,11 +8,12 @@ second apart). One speaker is the user and the other the assistant: with ``--spe
 default) each conversation is learned twice, once as each speaker's user; ``a`` or ``b`` learns
 it once. The script waits until the run's jobs are done (``GET /v1/memories/learn/{id}``).
 
-Then each question of categories 1-4 is sent as a chat with ``X-Memory: read-only`` to the user
-whose speaker said most of its evidence turns (a tie: speaker a; with ``a`` or ``b``, the
-questions with no evidence turn of that speaker are left out, for every row). memproxy's upstream
-is a loopback server in this script that answers OpenAI-shaped and records the memory block of
-the system message it got; that block is scored:
+Then each question of categories 1-4 is sent as a chat with ``X-Memory: read-only`` and the
+speaker's name in ``X-OpenWebUI-User-Name`` (as Open WebUI forwards it; ``--no-names``: without)
+to the user whose speaker said most of its evidence turns (a tie: speaker a; with ``a`` or
+``b``, the questions with no evidence turn of that speaker are left out, for every row).
+memproxy's upstream is a loopback server in this script that answers OpenAI-shaped and records
+the memory block of the system message it got; that block is scored:
 
 - evidence recall: the share of the question's evidence *sessions* covered by the injected
   memories, a memory mapped to its session by the date it shows (its ``observed_at``: the
@@ -20,7 +21,10 @@ the system message it got; that block is scored:
   questions;
 - answer: the share of questions whose answer string is in the injected lines (case-folded);
 - tokens: what the block takes, at 4 characters a token, its fixed header included (0 when
-  nothing is injected).
+  nothing is injected);
+- off-topic: the share of 40 chats about nothing personal (bench/off_topic.py: coding, science,
+  how-to), sent to every user, that were shown any memory found for them (the profile, shown in
+  every chat, not counted).
 
 Rows, each a fresh server: facts only (``MEMPROXY_EPISODES=false``), episodes only (a Manager
 that answers no operation: the jobs still keep the user's turns), both (the defaults), and the
@@ -39,6 +43,7 @@ app/devtools/fake_manager.py, answered by the recording server) or ``--manager q
     .venv/bin/python bench/pipeline_eval.py                        # rules Manager, dev file
     .venv/bin/python bench/pipeline_eval.py --manager qwen1.5b --speaker a
     .venv/bin/python bench/pipeline_eval.py --rows both --set MEMPROXY_RECALL_LIMIT=12
+    .venv/bin/python bench/pipeline_eval.py --rows "raw turns" --no-names --dump /tmp/q.json
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +78,7 @@ from app.devtools.fake_upstream import read_body  # noqa: E402
 from app.memory.block import BLOCK_END, BLOCK_START  # noqa: E402
 from bench.fake_manager import completion, lifespan, respond  # noqa: E402
 from bench.manager_eval import Session, session_of, sessions_of  # noqa: E402
+from bench.off_topic import PROMPTS, found_lines  # noqa: E402
 from bench.overhead import MODELS, free_port  # noqa: E402
 from bench.recall_eval import (  # noqa: E402
     CATEGORIES,
@@ -234,9 +241,13 @@ class Row:
     recall: list[float] = field(default_factory=list)
     answers: list[float] = field(default_factory=list)
     tokens: list[float] = field(default_factory=list)
+    off_topic: list[int] = field(default_factory=list)
+    """Per off-topic chat (bench/off_topic.py): the memory lines found for it."""
     learn_seconds: float = 0.0
     memories: Counter[str] = field(default_factory=Counter)
     failed_jobs: int = 0
+    asked: list[dict[str, Any]] = field(default_factory=list)
+    """Per question: its text, evidence sessions, the sessions covered, the block (``--dump``)."""
 
 
 def user_of(sample: dict[str, Any], letter: str, tag: str) -> str:
@@ -289,11 +300,18 @@ async def import_turns(client: httpx.AsyncClient, convs: list[Conversation], row
     row.learn_seconds = time.perf_counter() - started
 
 
+def name_header(conversation: Conversation, names: bool, letter: str) -> dict[str, str]:
+    """The user's name, as Open WebUI forwards it (ENABLE_FORWARD_USER_INFO_HEADERS)."""
+    return {"X-OpenWebUI-User-Name": conversation.speakers[letter]} if names else {}
+
+
 async def ask(
     client: httpx.AsyncClient, upstream: Upstream, convs: list[Conversation], tag: str, row: Row,
-    letters: list[str],
+    letters: list[str], names: bool,
 ) -> None:  # fmt: skip
     for conversation in convs:
+        named = partial(name_header, conversation, names)
+
         for letter in conversation.sessions:
             user = user_of(conversation.sample, letter, tag)
             for kind, params in (("all", {}), ("episode", {"type": "episode"})):
@@ -306,16 +324,32 @@ async def ask(
             response = await client.post(
                 "/v1/chat/completions",
                 json={"model": MODEL, "messages": [{"role": "user", "content": question.text}]},
-                headers={"X-User-Id": user, "X-Memory": "read-only"},
+                headers={"X-User-Id": user, "X-Memory": "read-only", **named(question.letter)},
             )
             response.raise_for_status()
             block = upstream.blocks.pop()
             covered = set().union(*(conversation.by_date.get(d, set())
                                     for d in LINE_DATE.findall(block)))  # fmt: skip
             row.recall.append(len(covered & question.evidence) / len(question.evidence))
+            row.asked.append({"question": question.text, "answer": question.answer,
+                              "user": user, "evidence": sorted(question.evidence),
+                              "covered": sorted(covered), "block": block})  # fmt: skip
             lines = "\n".join(line for line in block.splitlines() if line.startswith("- ["))
             row.answers.append(float(question.answer.casefold() in lines.casefold()))
             row.tokens.append(len(block) / 4)
+        for letter in conversation.sessions:
+            user = user_of(conversation.sample, letter, tag)
+            for prompt in PROMPTS:
+                response = await client.post(
+                    "/v1/chat/completions",
+                    json={"model": MODEL, "messages": [{"role": "user", "content": prompt}]},
+                    headers={"X-User-Id": user, "X-Memory": "read-only", **named(letter)},
+                )
+                response.raise_for_status()
+                found = found_lines(upstream.blocks.pop())
+                row.off_topic.append(len(found))
+                if found:
+                    row.asked.append({"off_topic": prompt, "user": user, "found": found})
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -326,14 +360,16 @@ def mean(values: list[float]) -> float:
 
 
 def table(rows: list[Row]) -> str:
-    out = ["| row | evidence recall | answer in injected | tokens injected (mean) | learn s "
-           "| memories (facts / episodes) |", "|---|---|---|---|---|---|"]  # fmt: skip
+    out = ["| row | evidence recall | answer in injected | tokens injected (mean) | off-topic "
+           "chats given memories | learn s | memories (facts / episodes) |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         episodes = r.memories["episode"]
         facts = r.memories["all"] - episodes
         out.append(
             f"| {r.name} | {mean(r.recall):.3f} | {mean(r.answers):.3f} | "
-            f"{mean(r.tokens):.0f} | {r.learn_seconds:.0f} | {facts} / {episodes} |"
+            f"{mean(r.tokens):.0f} | {mean([float(n > 0) for n in r.off_topic]):.3f} | "
+            f"{r.learn_seconds:.0f} | {facts} / {episodes} |"
         )
     return "\n".join(out)
 
@@ -387,7 +423,7 @@ async def evaluate(args: argparse.Namespace, convs: list[Conversation]) -> list[
                         else:
                             await learn(client, convs, tag, row)
                         await ask(client, upstream, convs, "raw" if name == "raw turns" else tag,
-                                  row, letters)  # fmt: skip
+                                  row, letters, names=not args.no_names)  # fmt: skip
                 print(
                     f"  {len(row.recall)} questions; learned in {row.learn_seconds:.0f} s; "
                     f"memories {dict(row.memories)}; failed jobs {row.failed_jobs}",
@@ -419,6 +455,11 @@ def main() -> None:
         help="learn the first N sessions of each conversation and ask only the questions whose "
         "evidence is in them (all)",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-names", action="store_true",
+        help="ask without the user's name (X-OpenWebUI-User-Name, sent by default)",
+    )  # fmt: skip
+    parser.add_argument("--dump", type=Path, help="write each row's questions and blocks (JSON)")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"of {', '.join(ROWS)} (all)")
     parser.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE",
@@ -448,6 +489,11 @@ def main() -> None:
           f"sessions {shared}", flush=True)  # fmt: skip
     started = time.perf_counter()
     rows = asyncio.run(evaluate(args, convs))
+    if args.dump:
+        args.dump.write_bytes(
+            orjson.dumps({r.name: r.asked for r in rows}, option=orjson.OPT_INDENT_2)
+        )
+        print(f"per question: {args.dump}")
     print(f"\n{table(rows)}\n\nwall time {time.perf_counter() - started:.0f} s")
 
 

@@ -67,11 +67,23 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch, database_url: str) -> No
 _LOGGERS = ("memproxy", "py.warnings", "", "uvicorn", "uvicorn.error", "uvicorn.access")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _logging_as_it_was_in_the_module() -> Iterator[None]:
+    """The same for an app a module-scoped fixture starts (tests/proxy/test_relay_paths.py): it
+    configures logging before the first test's restore point, and would leave the `memproxy`
+    logger printing to stderr and passing each record to `caplog` twice in later modules."""
+    yield from _restored()
+
+
 @pytest.fixture(autouse=True)
 def _logging_as_it_was() -> Iterator[None]:
     """A test that starts memproxy in-process (`configure_logging`) leaves the loggers as they
     were: else later tests' `caplog` would see nothing of `memproxy`, whose records no longer
     propagate, and whether one does would depend on which tests ran first in its process."""
+    yield from _restored()
+
+
+def _restored() -> Iterator[None]:
     saved = [(logger, logger.handlers[:], logger.propagate, logger.level)
              for logger in map(logging.getLogger, _LOGGERS)]  # fmt: skip
     yield

@@ -28,6 +28,7 @@ from app.proxy.kinds import parse_memory_mode
 from app.proxy.offload import CollectorPause, off_loop, pause_collector
 from app.proxy.relay import ProxyResponse
 from app.proxy.upstream import Upstream
+from app.proxy.user_name import user_name
 
 logger = logging.getLogger("memproxy.proxy")
 
@@ -41,6 +42,7 @@ class ChatProxy:
         self.runner = runner
         self._max_body = settings.max_body_bytes
         self._user_headers = tuple(settings.user_id_headers)
+        self._name_headers = tuple(settings.user_name_headers)
         self._task_header = settings.task_header
         self._require_user = settings.require_user
         self._jwt_secret = token_secret(settings)
@@ -89,6 +91,7 @@ class ChatProxy:
             body=data,
             request=checked,
             body_bytes=len(raw),
+            user_name=user_name(headers, self._name_headers, signed=self._jwt_secret is not None),
         )
         request.state.user_id = user_id  # for the access log line
         request.state.kind = kind.kind.value

@@ -52,6 +52,8 @@ class RequestContext:
     body_bytes: int = 0
     """The client body's size: a large one is worked on off the event loop
     (:func:`app.proxy.offload.off_loop`)."""
+    user_name: str | None = None
+    """What the client says the user is called (:mod:`app.proxy.user_name`), or None."""
     _notes: dict[Note[Any], Any] = field(default_factory=dict, repr=False)
 
     def note(self, key: Note[T], value: T) -> None:

@@ -4,8 +4,9 @@ Header policy (what goes upstream):
 
 - the client's headers, except hop-by-hop ones, ``Host``, ``Content-Length``, ``Cookie``,
   ``Accept-Encoding`` (we ask for identity so relayed bytes are the bytes the upstream wrote),
-  ``X-Memory``, and the headers that identify the person (the configured user headers and every
-  ``X-OpenWebUI-User-*``): the upstream may be a third party, and who the user is stays here;
+  ``X-Memory``, and the headers that identify the person (the configured user id and name
+  headers and every ``X-OpenWebUI-User-*``): the upstream may be a third party, and who the
+  user is stays here;
 - ``Authorization``: ``Bearer MEMPROXY_UPSTREAM_API_KEY`` when set; else the client's own, but
   only when memproxy has no keys of its own (``MEMPROXY_API_KEYS`` empty), so a memproxy key
   never leaves memproxy;
@@ -133,7 +134,8 @@ class Upstream:
         self._pass_client_auth = self._api_key is None and not proxy_keys_enabled
         self._connect_timeout = settings.upstream_connect_timeout_seconds
         self._read_timeout = settings.upstream_read_timeout_seconds
-        self._drop = _DROP_REQUEST | {name.lower() for name in settings.user_id_headers}
+        named = [*settings.user_id_headers, *settings.user_name_headers]
+        self._drop = _DROP_REQUEST | {name.lower() for name in named}
         self._timeouts = client.timeout.as_dict()
         self._urls: dict[str, httpx.URL] = {}
 

@@ -87,6 +87,7 @@ class ChatMemory:
         self._metrics = metrics
         self._limit = settings.recall_limit
         self._threshold = settings.relevance_threshold
+        self._beside = settings.companion_threshold
         self._budget = settings.memory_token_budget
         self._profile_budget = settings.profile_token_budget
         self._episode_share = settings.episode_share
@@ -96,7 +97,11 @@ class ChatMemory:
     async def before_forward(self, ctx: RequestContext) -> Preparation | None:
         started = time.perf_counter()
         # A pasted document is searched by its ends, but still read: off the loop when large.
-        query = await off_loop(ctx.body_bytes, recall_query, ctx.messages) if self._limit else None
+        query = (
+            await off_loop(ctx.body_bytes, recall_query, ctx.messages, ctx.user_name)
+            if self._limit
+            else None
+        )
         recalled = Recalled([], [])
         failed = False
         if query or (self._limit and self._profile_budget):  # a profile needs no question
@@ -167,6 +172,7 @@ class ChatMemory:
             query,
             limit=self._limit,
             min_score=self._threshold,
+            beside_score=self._beside,
             budget_tokens=self._budget,
             profile_tokens=self._profile_budget,
             episode_share=self._episode_share,

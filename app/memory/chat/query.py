@@ -4,8 +4,9 @@ The query is the last user message: its own words (:func:`app.memory.foreign.use
 the documents and task text Open WebUI's RAG template puts around the question. A message too
 short to mean anything on its own ("yes", "why?", "do it") is searched together with the turn
 before it (the assistant's last words and the user's message before them, up to
-:data:`CONTEXT_CHARS`). How the memories found are shown
-to the model is :mod:`app.memory.block`'s.
+:data:`CONTEXT_CHARS`). A question naming the user, when the client says their name, is read
+in the user's voice (:mod:`app.memory.chat.voice`). How the memories found are shown to the
+model is :mod:`app.memory.block`'s.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from itertools import islice
 from typing import Any
 
 from app.memory.block import strip_block
+from app.memory.chat.voice import in_own_voice
 from app.memory.foreign import user_words
 from app.proxy.offload import text_pieces
 
@@ -38,8 +40,9 @@ def message_text(message: Any) -> str:
     return strip_block(user_words(message.get("content"))).strip()
 
 
-def recall_query(messages: Sequence[Any]) -> str | None:
-    """The text to search memories with, or None when the chat has no user text to go on."""
+def recall_query(messages: Sequence[Any], user_name: str | None = None) -> str | None:
+    """The text to search memories with, or None when the chat has no user text to go on; the
+    user's name in it read as the user (:func:`app.memory.chat.voice.in_own_voice`)."""
     last = None
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
@@ -60,7 +63,7 @@ def recall_query(messages: Sequence[Any]) -> str | None:
     if len(text) > MAX_QUERY_CHARS:
         half = MAX_QUERY_CHARS // 2
         text = f"{text[:half]} {text[-half:]}"
-    return text or None
+    return in_own_voice(text, user_name) or None
 
 
 def count_words(text: str, enough: int) -> int:

@@ -126,7 +126,8 @@ class Searcher:
         embedding = asyncio.ensure_future(
             self._embed_background(query) if background else self._embedder.embed_query(query)
         )
-        found = await self._find(user_id, query, embedding, limit, min_score, types, None, now)
+        scores = (min_score, min_score)
+        found = await self._find(user_id, query, embedding, limit, scores, types, None, now)
         return found.hits
 
     async def recall(
@@ -137,14 +138,20 @@ class Searcher:
         limit: int,
         min_score: float,
         shown: Shares,
+        beside_score: float | None = None,
         now: datetime | None = None,
     ) -> Recalled:
         """What a chat is shown: the profile within `shown.profile_tokens`, then what
         :meth:`search` finds for `query` (none without one) that is not in it, at most
         `limit`, chosen within `shown`'s budgets (:func:`~app.memory.search.selection.choose`).
-        One check that the index is current serves both."""
+        Once one memory reaches `min_score`, those reaching `beside_score` (when lower) come
+        with it: a chat about the user gets the context around the best match, and one about
+        nothing of theirs still gets nothing. One check that the index is current serves all."""
         embedding = asyncio.ensure_future(self._embedder.embed_query(query)) if query else None
-        return await self._find(user_id, query or "", embedding, limit, min_score, (), shown, now)
+        floor = min_score if beside_score is None else min(min_score, beside_score)
+        return await self._find(
+            user_id, query or "", embedding, limit, (min_score, floor), (), shown, now
+        )
 
     async def _find(
         self,
@@ -152,7 +159,7 @@ class Searcher:
         query: str,
         embedding: asyncio.Future[np.ndarray] | None,
         limit: int,
-        min_score: float,
+        min_score: tuple[float, float],
         types: Sequence[str],
         shares: Shares | None,
         now: datetime | None,
@@ -181,7 +188,9 @@ class Searcher:
                 dense = entry.vectors.search(vector, wanted)
             when = asked_times(query, utc_day(now or datetime.now(UTC)))
             hits = self._rank(entry, terms, by_query, vector, dense, wanted, when)
-            chosen = [h for h in hits if h.score >= min_score and h.key not in shown]
+            gate, floor = min_score  # the best must reach the first; the rest, the second
+            about = any(h.score >= gate for h in hits)
+            chosen = [h for h in hits if about and h.score >= floor and h.key not in shown]
             if types:
                 allowed = set(types)
                 chosen = [h for h in chosen if entry.briefs[h.key].type in allowed]

@@ -208,9 +208,14 @@ async def test_read_only_still_recalls(client: httpx.AsyncClient, route: respx.R
 
 
 async def test_a_short_reply_is_searched_with_the_turn_before(
-    client: httpx.AsyncClient, route: respx.Route
+    make_client: AppClientFactory, route: respx.Route
 ) -> None:
+    # the fake embedder scores the reply's pleasantries as words like any other: a low threshold
+    # lets the test see which text was searched, not how the real model weighs it
+    client = await make_client(relevance_threshold=0.1)
     await remember(client, "My daughter Mia plays the violin")
+    alone = await chat(client, [{"role": "user", "content": "yes please"}])
+    assert alone.headers["x-memories-injected"] == "0"
     response = await chat(client, [
         {"role": "user", "content": "Can you suggest a practice plan for Mia's violin?"},
         {"role": "assistant", "content": "Sure: scales, then a piece. Shall I detail it?"},

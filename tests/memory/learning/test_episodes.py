@@ -59,10 +59,10 @@ def test_pasted_material_is_not_the_users_words() -> None:
 
 
 def test_a_long_turn_is_cut_into_passages_of_whole_sentences() -> None:
-    sentences = [f"Sentence number {i} is about topic {i}." for i in range(1, 8)]
+    sentences = [f"Sentence number {i} is about topic {i}." for i in range(1, 10)]
     cut = passages(" ".join(sentences))
-    assert cut == [" ".join(sentences[0:3]), " ".join(sentences[3:6]), sentences[6]]
-    assert SENTENCES == 3
+    assert cut == [" ".join(sentences[0:4]), " ".join(sentences[4:8]), sentences[8]]
+    assert SENTENCES == 4
     long_sentence = " ".join(["word"] * 400)  # no sentence end at all
     pieces = passages(long_sentence)
     assert len(pieces) > 1 and all(len(p) <= PASSAGE_CHARS for p in pieces)

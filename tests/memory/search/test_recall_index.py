@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.search.lexical import Analyzer, LexicalIndex
@@ -214,3 +215,18 @@ def test_bm25_stems_drops_question_words_and_normalises() -> None:
     for key in range(10, 200):  # the slot arrays grow
         index.add(key, f"note number {key} about kayaks")
     assert len(index.scores("kayaks").items()) == 190 and len(index.scores("kayaks").top(7)) == 7
+
+
+def test_a_query_word_no_memory_holds_counts_against_the_match() -> None:
+    index = LexicalIndex(Analyzer())
+    index.add(1, "Having people who back you makes such a huge difference")
+    index.add(2, "Volunteering at the youth center on Saturdays")
+    index.add(3, "Learning the difference between oil and acrylic paint")
+    alone = index.scores("difference").items()
+    # "tcp" and "udp" are in no memory: the memories that say "difference" answer a third of it
+    asked = index.scores("What is the difference between TCP and UDP?").items()
+    assert set(asked) == {1, 3}
+    for key, score in asked.items():
+        assert score == pytest.approx(alone[key] / 3)
+    # every word held: scored as before (the unknown words weigh as the rarest known one)
+    assert index.scores("difference oil acrylic").items()[3] > 2 * asked[3]
