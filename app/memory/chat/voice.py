@@ -6,26 +6,35 @@ group?") matches nothing they said, and being rare in their memories, it pulls i
 one that holds it (someone's greeting: "Glad you agree, Caroline") over the ones that answer.
 When the client says what the user is called (:mod:`app.proxy.user_name`), recall searches with
 the question in the user's voice: "Caroline's" becomes "my", "Caroline" "I" where it is the
-subject ("When did I go...") and "me" elsewhere ("Who supports me?"), with the verb that follows
-agreeing ("I have", "I am").
+subject ("When did I go...") and "me" elsewhere ("Who supports me?"), a verb beside it agreeing
+("has Caroline" -> "have I", "Caroline is" -> "I am"). The pronouns are English whatever the
+question's language: in another language the name simply leaves the query (both are stop words
+to BM25).
 
 Measured with bench/pipeline_eval.py (LoCoMo's questions name the speaker 97 % of the time;
 the dev file, rules Manager, "both"): evidence recall .818 with the name, .860 in the user's
 voice (docs/performance.md).
 
-The given name is matched alone as well as the whole name ("Caroline" for "Caroline Smith"),
-as written, with a capital (a question says "Caroline", a sentence "will" and "may"); a
-name that is also a common word ("Will", "May", "Grace") only in its possessive ("Will's
-car"), as a sentence may start with the word.
+What is matched, in a question with a capital initial ("caroline" in lower case is left alone):
+the whole name and the given name alone (its first word of two letters or more that is not a
+title or a particle: "Caroline" of "Dr. Caroline van Berg"), the given name only when the word
+after it is not capitalised ("Caroline Jones" is someone else). A name that is also a common word
+("Will", "May", "Grace") is matched only in its possessive ("Will's car"), as a sentence may
+start with the word; a name with combining marks (Devanagari vowel signs, where a regular
+expression's word boundaries fall inside words) is not matched at all. The work is linear in the
+question: each match looks back at most :data:`LOOK_BACK` characters.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 
 from app.memory.search.lexical import QUESTION_WORDS, STOP_WORDS
 
+LOOK_BACK = 40
+"""Characters before a match read to find the word before it."""
 _SUBJECT_BEFORE = frozenset(
     """did does do is was has have had would will can could should might may must are were
     and or but when where why how what which that""".split()
@@ -41,8 +50,14 @@ _COMMON = (
     | QUESTION_WORDS
 )
 """Names that are words too: only their possessive is read as the user."""
-_AGREE = {"has": "have", "is": "am", "does": "do", "was": "was", "Has": "Have", "Is": "Am",
-          "Does": "Do"}  # fmt: skip
+_NOT_GIVEN = frozenset(
+    """mr mrs ms miss mx dr prof sir madam dame lord lady rev fr st van von der den de da di
+    du del della la le bin ibn al el""".split()
+)
+"""Titles and particles: never the given name ("Dr. Smith" is not "Dr")."""
+_AGREE = {"has": "have", "is": "am", "does": "do"}
+_WORD = re.compile(r"[^\W\d_](?:[\w'’-]*[^\W_])?")
+_PREVIOUS = re.compile(r"(\w+)\W*$")
 
 
 def in_own_voice(text: str, name: str | None) -> str:
@@ -50,51 +65,77 @@ def in_own_voice(text: str, name: str | None) -> str:
     itself when there is no name or it does not occur."""
     if not name:
         return text
-    pattern = _pattern(name)
-    if pattern is None or not pattern.search(text):
+    pattern = _pattern(unicodedata.normalize("NFC", name))
+    if pattern is None:
         return text
-    return _agree(pattern.sub(_replace, text))
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text)
+    return pattern.sub(_replace, text)
 
 
 def _replace(match: re.Match[str]) -> str:
+    said = match.group("name")
+    if not said[:1].isupper():
+        return match.group(0)  # "will's", "caroline": not written as a name
+    verb, after = match.group("verb") or "", match.group("after") or ""
     if match.group("possessive"):
-        return "my"
-    before = match.string[: match.start()].rstrip()
-    previous = re.search(r"(\w+)\W*$", before)
+        return f"{verb}my{after}"
+    before = match.string[max(0, match.start() - LOOK_BACK) : match.start()].rstrip()
+    previous = _PREVIOUS.search(before)
     subject = (
-        not before
+        bool(verb)
+        or not before
         or before[-1] in ".!?;:,"
         or (previous is not None and previous.group(1).lower() in _SUBJECT_BEFORE)
     )
-    return "I" if subject else "me"
+    if not subject:
+        return f"{verb}me{after}"
+    if verb:
+        word = verb.strip()
+        verb = _agreed(word) + verb[len(word) :]
+    if after:
+        word = after.strip()
+        after = after[: len(after) - len(word)] + _agreed(word)
+    return f"{verb}I{after}"
 
 
-_AGREEMENT = re.compile(
-    r"\b(?:(?P<verb_before>[Hh]as|[Ii]s|[Dd]oes) I\b|I (?P<verb_after>has|is|does)\b)"
-)
-
-
-def _agree(text: str) -> str:
-    def fix(match: re.Match[str]) -> str:
-        if match.group("verb_before"):
-            return f"{_AGREE[match.group('verb_before')]} I"
-        return f"I {_AGREE[match.group('verb_after')]}"
-
-    return _AGREEMENT.sub(fix, text)
+def _agreed(verb: str) -> str:
+    agreed = _AGREE.get(verb.lower(), verb.lower())
+    return agreed.capitalize() if verb[:1].isupper() else agreed
 
 
 @lru_cache(maxsize=1024)
 def _pattern(name: str) -> re.Pattern[str] | None:
     """What matches `name` in a question (None: nothing can, e.g. a name of symbols)."""
-    words = re.findall(r"[^\W\d_][\w'’-]*", name)
+    if any(unicodedata.category(c).startswith("M") for c in name):
+        return None
+    words = _WORD.findall(name)
     if not words:
         return None
-    forms = {" ".join(words), words[0]}
-    plain = [re.escape(f[:1].upper() + f[1:]) for f in forms if f.lower() not in _COMMON]
-    owned = [re.escape(f[:1].upper() + f[1:]) for f in forms]
-    alternatives = []
-    owned_names = "|".join(sorted(owned, key=len, reverse=True))
-    alternatives.append(rf"(?P<possessive>\b(?:{owned_names})(?:['’]s\b|['’](?!\w)))")
+    whole = " ".join(words)
+    given = next((w for w in words if len(w) > 1 and w.lower() not in _NOT_GIVEN), None)
+    # longest first: "Caroline Smith" before "Caroline"
+    owned = sorted({whole, *([given] if given else [])}, key=len, reverse=True)
+    plain = [f for f in owned if f.lower() not in _COMMON]
+    alternatives = [rf"(?P<possessive>{_either(owned)}(?:['’]s\b|['’](?!\w)))"]
     if plain:
-        alternatives.append(rf"\b(?:{'|'.join(sorted(plain, key=len, reverse=True))})\b(?!['’])")
-    return re.compile("|".join(alternatives))
+        # the given name alone, not followed by another capitalised word: someone else's surname
+        alone = r"(?![ \t]+(?-i:[A-Z]))" if given and given != whole else ""
+        whole_first = [_escaped(f) + (alone if f == given and f != whole else "") for f in plain]
+        alternatives.append(rf"(?:{'|'.join(whole_first)})(?![\w'’-])")
+    verbs = "|".join(_AGREE)
+    return re.compile(
+        rf"(?P<verb>\b(?:{verbs})[ \t]+)?(?<![\w'’-])(?P<name>{'|'.join(alternatives)})"
+        rf"(?P<after>[ \t]+(?:{verbs})\b)?",
+        re.IGNORECASE,
+    )
+
+
+def _either(forms: list[str]) -> str:
+    return "(?:" + "|".join(_escaped(f) for f in forms) + ")"
+
+
+def _escaped(form: str) -> str:
+    """`form` as a pattern, its apostrophes either kind, its spaces any run of blanks."""
+    escaped = re.escape(form.replace("’", "'")).replace("'", "['’]")
+    return escaped.replace(r"\ ", r"[ \t]+")

@@ -158,8 +158,9 @@ class LexicalIndex:
         )
         return ranked[:limit]
 
-    def score_terms(self, query_terms: Sequence[str]) -> Scores:
-        """:meth:`scores` for terms already analysed."""
+    def score_terms(self, query_terms: Sequence[str], *, held_only: bool = False) -> Scores:
+        """:meth:`scores` for terms already analysed; `held_only`: the ceiling over the words
+        the memories hold only (the words no memory holds left out of it)."""
         terms = [t for t in query_terms if t in self._postings]
         scores = np.zeros(len(self._keys), dtype=np.float64)
         if not terms or not self._docs:
@@ -175,7 +176,7 @@ class LexicalIndex:
             rarest = max(rarest, idf)
             norm = K1 * (1.0 - B + B * self._lengths[slots] / average)
             scores[slots] += idf * tf * (K1 + 1.0) / (tf + norm)  # slots are distinct per term
-        unknown = len(set(query_terms).difference(terms))
+        unknown = 0 if held_only else len(set(query_terms).difference(terms))
         ceiling += unknown * rarest * (K1 + 1.0)
         return Scores(self, scores / ceiling)
 

@@ -127,7 +127,9 @@ class Searcher:
             self._embed_background(query) if background else self._embedder.embed_query(query)
         )
         scores = (min_score, min_score)
-        found = await self._find(user_id, query, embedding, limit, scores, types, None, now)
+        found = await self._find(
+            user_id, query, embedding, limit, scores, types, None, now, held_only=background
+        )
         return found.hits
 
     async def recall(
@@ -144,9 +146,10 @@ class Searcher:
         """What a chat is shown: the profile within `shown.profile_tokens`, then what
         :meth:`search` finds for `query` (none without one) that is not in it, at most
         `limit`, chosen within `shown`'s budgets (:func:`~app.memory.search.selection.choose`).
-        Once one memory reaches `min_score`, those reaching `beside_score` (when lower) come
-        with it: a chat about the user gets the context around the best match, and one about
-        nothing of theirs still gets nothing. One check that the index is current serves all."""
+        Once one memory reaches `min_score` (a profile memory too: the chat is about the user),
+        those reaching `beside_score` (when lower) come with it: a chat about the user gets the
+        context around the best match, and one about nothing of theirs still gets nothing. One
+        check that the index is current serves all."""
         embedding = asyncio.ensure_future(self._embedder.embed_query(query)) if query else None
         floor = min_score if beside_score is None else min(min_score, beside_score)
         return await self._find(
@@ -163,7 +166,12 @@ class Searcher:
         types: Sequence[str],
         shares: Shares | None,
         now: datetime | None,
+        *,
+        held_only: bool = False,
     ) -> Recalled:
+        """`held_only`: BM25's ceiling over the query words the memories hold only (the
+        Manager's search, whose query is a whole exchange and whose order its measurements
+        were made with), not over every word (:mod:`app.memory.search.lexical`)."""
         try:
             entry = await self._cache.get(user_id)
         except BaseException:
@@ -179,7 +187,7 @@ class Searcher:
             profile = standing(entry, shares.profile_tokens if shares else 0)
             shown = {s.key for s in profile}
             terms = entry.lexical.analyzer.query_terms(query)
-            by_query = entry.lexical.score_terms(terms)
+            by_query = entry.lexical.score_terms(terms, held_only=held_only)
             vector = await embedding
             wanted = max(self._candidates, limit * 4 if types else limit)
             if entry.vectors.vectors > OFFLOAD_ABOVE:

@@ -3,9 +3,12 @@ client says the user's name."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import respx
 
+from app.memory.chat import voice
 from app.memory.chat.voice import in_own_voice
 from tests.conftest import AppClientFactory
 from tests.fakes import FakeEmbedder
@@ -27,7 +30,25 @@ from tests.helpers import completion_json
         ("What did Melanie and Caroline do?", "Caroline", "What did Melanie and I do?"),
         ("Where is James' bike?", "James", "Where is my bike?"),
         ("Any plans for Zoë’s birthday?", "Zoë", "Any plans for my birthday?"),
-        ("What did caroline say?", "caroline", "What did caroline say?"),  # as written: a capital
+        ("What did Caroline say?", "caroline", "What did I say?"),  # the header's case: any
+        ("What did caroline say?", "Caroline", "What did caroline say?"),  # the question's: a capital
+        ("Is Marie-Ann here?", "Ann", "Is Marie-Ann here?"),
+        ("What is Caroline Smith's job?", "caroline smith", "What is my job?"),
+        ("What did CAROLINE say?", "CAROLINE", "What did I say?"),
+        ("Where does Mary-Jane live?", "mary-jane", "Where do I live?"),
+        ("Is Sam O’Neil’s car red?", "Sam O'Neil", "Is my car red?"),
+        ("What did Dr Jones say?", "Dr. Smith", "What did Dr Jones say?"),  # a title: not a name
+        ("Who is Mr Brown?", "Mr Smith", "Who is Mr Brown?"),
+        ("Van rental prices near me?", "van der Berg", "Van rental prices near me?"),
+        ("What did Berg say?", "van der Berg", "What did I say?"),
+        ("What did J say?", "J. Smith", "What did J say?"),  # an initial: not a given name
+        ("What did Caroline Jones say?", "Caroline Smith", "What did Caroline Jones say?"),
+        ("What has Ann's dog eaten?", "Ann'", "What has my dog eaten?"),
+        ("Is Ann-Marie here?", "Ann-", "Is Ann-Marie here?"),
+        ("Is I a vowel? Ask Ann", "Ann", "Is I a vowel? Ask me"),  # agreement only beside it
+        ("Where does Zoe\u0308 live?", "Zoë", "Where do I live?"),  # NFC
+        ("प्रिया का काम क्या है?", "प्रिया शर्मा", "प्रिया का काम क्या है?"),  # marks: not matched
+        ("मुझे प्यार और पानी पसंद है", "प्रिया शर्मा", "मुझे प्यार और पानी पसंद है"),
         # a name that is a word too: only its possessive
         ("Will you check Will's calendar?", "Will", "Will you check my calendar?"),
         ("May I see May's notes from May?", "May", "May I see my notes from May?"),
@@ -41,6 +62,26 @@ from tests.helpers import completion_json
 )  # fmt: skip
 def test_the_question_in_the_users_voice(question: str, name: str | None, searched: str) -> None:
     assert in_own_voice(question, name) == searched
+
+
+def test_each_match_looks_back_a_bounded_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long run of letters before many mentions of the name: the word before each is read
+    from at most LOOK_BACK characters (a search over all of the text before each mention made
+    a 2 KB question take seconds on the event loop)."""
+    read: list[int] = []
+    real = voice._PREVIOUS
+
+    class Counting:
+        def search(self, text: str) -> re.Match[str] | None:
+            read.append(len(text))
+            return real.search(text)
+
+    monkeypatch.setattr(voice, "_PREVIOUS", Counting())
+    question = "x" * 100_000 + " " + "and J " * 5_000
+    searched = in_own_voice(question, "Jo Smith") + in_own_voice(question, "J")
+    # "Jo Smith" is not in it; "J", a whole name, is read as the user each time
+    assert searched.count("and J ") == 5_000 and searched.count("and I ") == 5_000
+    assert len(read) == 5_000 and max(read) <= voice.LOOK_BACK
 
 
 async def test_recall_searches_the_question_in_the_users_voice(

@@ -228,5 +228,8 @@ def test_a_query_word_no_memory_holds_counts_against_the_match() -> None:
     assert set(asked) == {1, 3}
     for key, score in asked.items():
         assert score == pytest.approx(alone[key] / 3)
+    # the Manager's search (a whole exchange for a query) keeps the ceiling over the held words
+    terms = index.analyzer.query_terms("What is the difference between TCP and UDP?")
+    assert index.score_terms(terms, held_only=True).items() == pytest.approx(alone)
     # every word held: scored as before (the unknown words weigh as the rarest known one)
     assert index.scores("difference oil acrylic").items()[3] > 2 * asked[3]
