@@ -134,11 +134,6 @@ class Settings(BaseSettings):
     """Least fused score (0-1, see app/memory/search/ranking.py) a memory needs to be injected.
     Measured on the LoCoMo dev conversations: 0.2 keeps 86 % of the memories that answer a question
     (0.3 keeps 61 %); clearly unrelated questions score ~0.1 against a store of personal facts."""
-    companion_threshold: float = Field(default=0.15, ge=0.0, le=1.0)
-    """Least fused score of the memories shown beside one that reaches
-    MEMPROXY_RELEVANCE_THRESHOLD: a chat about the user gets the context around its best match,
-    one about nothing of theirs still gets nothing. Above MEMPROXY_RELEVANCE_THRESHOLD it is that
-    threshold. Measured in docs/performance.md (bench/pipeline_eval.py)."""
     dense_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     """Share of the embedding similarity in the fused score; the rest is BM25's."""
     recall_limit: int = Field(default=8, ge=0, le=100)

@@ -1,11 +1,11 @@
 """Chats about nothing personal: what a memory proxy should add nothing to.
 
-``bench/pipeline_eval.py`` sends each of :data:`PROMPTS` to every user it learned and counts the
-chats that were shown any memory found for the question (the profile, shown in every chat by
-design, is not counted): the other side of a relevance threshold that lets more memories through
-for the questions that are about the user. The prompts are coding, science, geography and
-how-to questions that name nothing of the LoCoMo conversations' lives (art, family, camping,
-adoption, cars, health...).
+``bench/pipeline_eval.py`` sends each of :data:`PROMPTS` and :data:`HELD_OUT` to every user it
+learned and counts the chats that were shown any memory found for the question (the profile,
+shown in every chat by design, is not counted): the other side of a relevance threshold that lets
+more memories through for the questions that are about the user. The prompts are coding,
+science, geography and how-to questions that name nothing of the LoCoMo conversations' lives
+(art, family, camping, adoption, cars, health...).
 """
 
 from __future__ import annotations
@@ -54,6 +54,32 @@ PROMPTS = (
     "What is the chemical formula of table salt?",
     "How do I convert a string to an integer in JavaScript?",
 )
+
+
+HELD_OUT = (
+    "What is the difference between a virus and a bacterium?",
+    "Write a function that merges two sorted arrays.",
+    "How do I set up a Python virtual environment?",
+    "What year did the Berlin Wall fall?",
+    "Explain how public-key cryptography works.",
+    "What does a load balancer do?",
+    "How many continents are there, and which is the largest?",
+    "What is the derivative of x squared?",
+    "How do I rename a column in a pandas dataframe?",
+    "Why is the sky blue?",
+    "What is the difference between HTTP and HTTPS?",
+    "Explain recursion with a short example.",
+    "What is the population of Japan, roughly?",
+    "How does garbage collection work in Java?",
+    "What is the main function of red blood cells?",
+    "Give me a shell command that finds the largest files in a folder.",
+    "What is the difference between an array and a linked list?",
+    "Who painted the ceiling of the Sistine Chapel?",
+    "How do I format a date as ISO 8601 in Python?",
+    "What is an API rate limit?",
+)
+"""Written after the lexical ceiling was changed on :data:`PROMPTS`' figures, and never used to
+tune anything: the check that the change holds on questions it was not fitted to."""
 
 
 def found_lines(block: str) -> list[str]:

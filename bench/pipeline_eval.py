@@ -24,7 +24,8 @@ the memory block of the system message it got; that block is scored:
   nothing is injected);
 - off-topic: the share of 40 chats about nothing personal (bench/off_topic.py: coding, science,
   how-to), sent to every user, that were shown any memory found for them (the profile, shown in
-  every chat, not counted).
+  every chat, not counted); in brackets, the same for 20 held-out chats written after recall was
+  tuned on the 40.
 
 Rows, each a fresh server: facts only (``MEMPROXY_EPISODES=false``), episodes only (a Manager
 that answers no operation: the jobs still keep the user's turns), both (the defaults), and the
@@ -78,7 +79,7 @@ from app.devtools.fake_upstream import read_body  # noqa: E402
 from app.memory.block import BLOCK_END, BLOCK_START  # noqa: E402
 from bench.fake_manager import completion, lifespan, respond  # noqa: E402
 from bench.manager_eval import Session, session_of, sessions_of  # noqa: E402
-from bench.off_topic import PROMPTS, found_lines  # noqa: E402
+from bench.off_topic import HELD_OUT, PROMPTS, found_lines  # noqa: E402
 from bench.overhead import MODELS, free_port  # noqa: E402
 from bench.recall_eval import (  # noqa: E402
     CATEGORIES,
@@ -242,6 +243,8 @@ class Row:
     answers: list[float] = field(default_factory=list)
     tokens: list[float] = field(default_factory=list)
     off_topic: list[int] = field(default_factory=list)
+    held_out: list[int] = field(default_factory=list)
+    """The same for bench/off_topic.py's held-out chats."""
     """Per off-topic chat (bench/off_topic.py): the memory lines found for it."""
     learn_seconds: float = 0.0
     memories: Counter[str] = field(default_factory=Counter)
@@ -339,7 +342,7 @@ async def ask(
             row.tokens.append(len(block) / 4)
         for letter in conversation.sessions:
             user = user_of(conversation.sample, letter, tag)
-            for prompt in PROMPTS:
+            for prompt in (*PROMPTS, *HELD_OUT):
                 response = await client.post(
                     "/v1/chat/completions",
                     json={"model": MODEL, "messages": [{"role": "user", "content": prompt}]},
@@ -347,7 +350,7 @@ async def ask(
                 )
                 response.raise_for_status()
                 found = found_lines(upstream.blocks.pop())
-                row.off_topic.append(len(found))
+                (row.held_out if prompt in HELD_OUT else row.off_topic).append(len(found))
                 if found:
                     row.asked.append({"off_topic": prompt, "user": user, "found": found})
 
@@ -361,14 +364,15 @@ def mean(values: list[float]) -> float:
 
 def table(rows: list[Row]) -> str:
     out = ["| row | evidence recall | answer in injected | tokens injected (mean) | off-topic "
-           "chats given memories | learn s | memories (facts / episodes) |",
+           "chats given memories (held out) | learn s | memories (facts / episodes) |",
            "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         episodes = r.memories["episode"]
         facts = r.memories["all"] - episodes
         out.append(
             f"| {r.name} | {mean(r.recall):.3f} | {mean(r.answers):.3f} | "
-            f"{mean(r.tokens):.0f} | {mean([float(n > 0) for n in r.off_topic]):.3f} | "
+            f"{mean(r.tokens):.0f} | {mean([float(n > 0) for n in r.off_topic]):.3f} "
+            f"({mean([float(n > 0) for n in r.held_out]):.3f}) | "
             f"{r.learn_seconds:.0f} | {facts} / {episodes} |"
         )
     return "\n".join(out)
@@ -408,7 +412,9 @@ async def evaluate(args: argparse.Namespace, convs: list[Conversation]) -> list[
         try:
             for name in args.rows:
                 row = Row(name)
-                tag = uuid.uuid4().hex[:6]
+                kept = folder / f"{name.replace(' ', '-')}.tag"
+                tag = kept.read_text() if args.reuse else uuid.uuid4().hex[:6]
+                kept.write_text(tag)
                 upstream.writes = name != "episodes"
                 chosen = {**settings[name], **args.set}  # --set has the last word
                 env = {"MEMPROXY_UPSTREAM_BASE_URL": up_url, **chosen}
@@ -418,7 +424,9 @@ async def evaluate(args: argparse.Namespace, convs: list[Conversation]) -> list[
                         client = await inner.enter_async_context(
                             httpx.AsyncClient(base_url=url, timeout=600)
                         )
-                        if name == "raw turns":
+                        if args.reuse:
+                            pass  # asked again of what a previous run learned in --folder
+                        elif name == "raw turns":
                             await import_turns(client, convs, row)
                         else:
                             await learn(client, convs, tag, row)
@@ -456,6 +464,11 @@ def main() -> None:
         "evidence is in them (all)",
     )  # fmt: skip
     parser.add_argument(
+        "--reuse", action="store_true",
+        help="ask again, without learning, of the databases a previous run kept in --folder "
+        "(same --rows and data; --set changes recall settings only)",
+    )  # fmt: skip
+    parser.add_argument(
         "--no-names", action="store_true",
         help="ask without the user's name (X-OpenWebUI-User-Name, sent by default)",
     )  # fmt: skip
@@ -472,6 +485,8 @@ def main() -> None:
     if bad := [s for s in args.set if "=" not in s or not s.startswith("MEMPROXY_")]:
         parser.error(f"--set takes MEMPROXY_NAME=VALUE, not {', '.join(bad)}")
     args.set = dict(s.split("=", 1) for s in args.set)
+    if args.reuse and not args.folder:
+        parser.error("--reuse needs --folder: the folder a previous run kept")
     args.folder = args.folder or tempfile.mkdtemp(prefix="pipeline-eval-")
     Path(args.folder).mkdir(parents=True, exist_ok=True)
     data = json.loads(args.data.read_text())

@@ -246,18 +246,15 @@ class MemoryService:
         budget_tokens: int,
         profile_tokens: int = 0,
         episode_share: float = 0.0,
-        beside_score: float | None = None,
     ) -> Recalled:
         """What chat injects: the profile within `profile_tokens`, then what the search finds
         for `query` (without the profile's memories) within `budget_tokens`, of which episodes
-        may take `episode_share` (:mod:`app.memory.search.selection`); once one reaches
-        `min_score`, those reaching `beside_score` come too. Both carry what the
+        may take `episode_share` (:mod:`app.memory.search.selection`). Both carry what the
         memory block shows (from the index: no database read on this path)."""
         shares = Shares(profile_tokens, budget_tokens, episode_share)
         found = await self.searcher.recall(
-            user_id, query, limit=limit, min_score=min_score, shown=shares,
-            beside_score=beside_score,
-        )  # fmt: skip
+            user_id, query, limit=limit, min_score=min_score, shown=shares
+        )
         if found.relevant and not found.hits and not self._budget_warned:
             self._budget_warned = True  # once per process: the setting, not the chat, is wrong
             logger.warning(

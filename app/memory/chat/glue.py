@@ -87,7 +87,6 @@ class ChatMemory:
         self._metrics = metrics
         self._limit = settings.recall_limit
         self._threshold = settings.relevance_threshold
-        self._beside = settings.companion_threshold
         self._budget = settings.memory_token_budget
         self._profile_budget = settings.profile_token_budget
         self._episode_share = settings.episode_share
@@ -172,7 +171,6 @@ class ChatMemory:
             query,
             limit=self._limit,
             min_score=self._threshold,
-            beside_score=self._beside,
             budget_tokens=self._budget,
             profile_tokens=self._profile_budget,
             episode_share=self._episode_share,

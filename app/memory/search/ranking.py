@@ -126,9 +126,8 @@ class Searcher:
         embedding = asyncio.ensure_future(
             self._embed_background(query) if background else self._embedder.embed_query(query)
         )
-        scores = (min_score, min_score)
         found = await self._find(
-            user_id, query, embedding, limit, scores, types, None, now, held_only=background
+            user_id, query, embedding, limit, min_score, types, None, now, held_only=background
         )
         return found.hits
 
@@ -140,21 +139,14 @@ class Searcher:
         limit: int,
         min_score: float,
         shown: Shares,
-        beside_score: float | None = None,
         now: datetime | None = None,
     ) -> Recalled:
         """What a chat is shown: the profile within `shown.profile_tokens`, then what
         :meth:`search` finds for `query` (none without one) that is not in it, at most
         `limit`, chosen within `shown`'s budgets (:func:`~app.memory.search.selection.choose`).
-        Once one memory reaches `min_score` (a profile memory too: the chat is about the user),
-        those reaching `beside_score` (when lower) come with it: a chat about the user gets the
-        context around the best match, and one about nothing of theirs still gets nothing. One
-        check that the index is current serves all."""
+        One check that the index is current serves both."""
         embedding = asyncio.ensure_future(self._embedder.embed_query(query)) if query else None
-        floor = min_score if beside_score is None else min(min_score, beside_score)
-        return await self._find(
-            user_id, query or "", embedding, limit, (min_score, floor), (), shown, now
-        )
+        return await self._find(user_id, query or "", embedding, limit, min_score, (), shown, now)
 
     async def _find(
         self,
@@ -162,7 +154,7 @@ class Searcher:
         query: str,
         embedding: asyncio.Future[np.ndarray] | None,
         limit: int,
-        min_score: tuple[float, float],
+        min_score: float,
         types: Sequence[str],
         shares: Shares | None,
         now: datetime | None,
@@ -196,9 +188,7 @@ class Searcher:
                 dense = entry.vectors.search(vector, wanted)
             when = asked_times(query, utc_day(now or datetime.now(UTC)))
             hits = self._rank(entry, terms, by_query, vector, dense, wanted, when)
-            gate, floor = min_score  # the best must reach the first; the rest, the second
-            about = any(h.score >= gate for h in hits)
-            chosen = [h for h in hits if about and h.score >= floor and h.key not in shown]
+            chosen = [h for h in hits if h.score >= min_score and h.key not in shown]
             if types:
                 allowed = set(types)
                 chosen = [h for h in chosen if entry.briefs[h.key].type in allowed]
