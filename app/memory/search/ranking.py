@@ -24,9 +24,10 @@ something else entirely ~0.1 against a store of personal facts.
 Measured on the LoCoMo dev conversations (``bench/recall_eval.py``, recall@5/@10): BM25 alone
 .541/.613, whole-text MiniLM alone .385/.468, both fused .555/.650, with sentence parts
 .583/.688, with feedback .607/.725 (.594/.726 on the current index; with the time bonus
-.600/.730, and .598/.739 -> .645/.774 on the 39 questions naming a time). Reciprocal rank
-fusion ranks below BM25 alone there: fusing the scores keeps how much better one candidate is
-than the next.
+.600/.730, and .598/.739 -> .645/.774 on the 39 questions naming a time; with BM25's ceiling
+over every query word, :mod:`app.memory.search.lexical`, .593/.734 against .600/.729 in the same
+session). Reciprocal rank fusion ranks below BM25 alone there: fusing the scores keeps how much
+better one candidate is than the next.
 """
 
 from __future__ import annotations
