@@ -206,3 +206,19 @@ def test_a_long_short_answer_is_kept_as_passages() -> None:
     url = "https://example.com/" + "a" * 2000
     (text, *rest) = episode_texts([turn("assistant", "What is your id?")], [turn("user", url)])
     assert "answering" not in text and all(len(t) <= PASSAGE_CHARS for t in [text, *rest])
+
+
+async def test_a_fact_updated_twice_in_one_job_is_linked_once(engine: AsyncEngine) -> None:
+    """One job that updates a fact twice (or writes then updates it) names it twice among its
+    facts: its link to the episode is written once (the second one broke the link table's unique
+    key, and the job was parked with all it had learned: seen with the real 1.5B)."""
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())  # type: ignore[arg-type]
+    (fact,) = (await service.add("ann", [NewMemory("Plays chess")])).records
+    outcomes = await Applier(service).apply("ann", [
+        Operation(op=Op.UPDATE, id=1, content="Plays chess on Sundays"),
+        Operation(op=Op.UPDATE, id=1, content="Plays chess on Sundays with Ana"),
+    ], {1: fact.id}, job_id="m", episodes=["I play chess on Sundays with Ana."])  # fmt: skip
+    assert [o.result for o in outcomes] == ["updated", "updated"]
+    async with service.store.sessions() as session:
+        links = (await session.execute(select(MemoryLink.fact_id))).scalars().all()
+    assert links == [fact.id]
