@@ -172,14 +172,25 @@ def header_text(headers: Mapping[str, str], name: str) -> str | None:
     UTF-8, what curl, browsers' fetch and Open WebUI send. 400 naming the header when the bytes
     are not UTF-8."""
     value = headers.get(name)
-    if value is None or value.isascii():
+    if value is None:
+        return None
+    text = as_written(value)
+    if text is None:
+        raise InvalidRequest(
+            f"the {name} header is not valid UTF-8", param=name, code="invalid_user"
+        )
+    return text
+
+
+def as_written(value: str) -> str | None:
+    """A header's value (Starlette's latin-1 text of its bytes) read as UTF-8; None when the
+    bytes are not UTF-8 (or the text never came from the wire)."""
+    if value.isascii():
         return value
     try:
         return value.encode("latin-1").decode("utf-8")
-    except UnicodeError:  # not UTF-8 (or text that never came from the wire)
-        raise InvalidRequest(
-            f"the {name} header is not valid UTF-8", param=name, code="invalid_user"
-        ) from None
+    except UnicodeError:
+        return None
 
 
 def _signed_user(

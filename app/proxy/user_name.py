@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from urllib.parse import unquote
 
 import jwt
 
+from app.proxy.identity import as_written
 from app.proxy.user_token import USER_TOKEN_HEADER
 
 MAX_NAME_CHARS = 100
@@ -45,7 +47,7 @@ def user_name(
         return clean_name(name) if isinstance(name, str) else None
     for header in header_names:
         raw = headers.get(header)
-        if raw is not None and (name := clean_name(_utf8(raw))):
+        if raw is not None and (name := clean_name(as_written(raw))):
             return name
     return None
 
@@ -55,28 +57,11 @@ def clean_name(value: str | None) -> str | None:
     if not value:
         return None
     if "%" in value:
-        value = unquote(value, errors="strict") if _decodes(value) else value
+        with suppress(UnicodeDecodeError):  # else not percent-encoding ("100% Ann"): as written
+            value = unquote(value, errors="strict")
     value = " ".join(unicodedata.normalize("NFC", value).split())
     if not value or len(value) > MAX_NAME_CHARS:
         return None
     if any(unicodedata.category(c)[0] == "C" for c in value):
         return None
     return value
-
-
-def _decodes(value: str) -> bool:
-    try:
-        unquote(value, errors="strict")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _utf8(raw: str) -> str | None:
-    """A header as the client wrote it: Starlette hands over latin-1 text of the bytes."""
-    if raw.isascii():
-        return raw
-    try:
-        return raw.encode("latin-1").decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
-        return None

@@ -198,12 +198,9 @@ def write_episodes(
     rows = [episode_row(w.user_id, t, e, written=written, said=said, key=k) for t, k, e in episodes]
     for row in rows:
         w.create(row)
-    linked: set[tuple[str, str]] = set()  # a fact the job wrote then updated is named twice
     for fact_id, content in facts if rows else ():
         for episode_id in sources_of(content, [(row.id, row.content) for row in rows]):
-            if (fact_id, episode_id) not in linked:
-                linked.add((fact_id, episode_id))
-                w.link(fact_id, episode_id)
+            w.link(fact_id, episode_id)  # a fact named twice (written, then updated): once
 
 
 def is_episode(index: UserIndex, key: int) -> bool:

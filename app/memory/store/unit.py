@@ -63,6 +63,7 @@ class Writer:
         self._actor = actor
         self._job_id = job_id
         self._written: list[Memory] = []
+        self._linked: set[tuple[str, str]] = set()
         self._changed = False
         self._bumped: int | None = None
         self.gone: dict[str, int] = {}
@@ -85,9 +86,11 @@ class Writer:
 
     def link(self, fact_id: str, episode_id: str) -> None:
         """Record that the fact `fact_id` was written from the episode `episode_id` (both this
-        user's, written in this unit or before)."""
-        self._session.add(MemoryLink(user_id=self.user_id, fact_id=fact_id,
-                                     episode_id=episode_id, created_at=now()))  # fmt: skip
+        user's), once per unit however often said (a fact written, then updated, is named twice)."""
+        if (fact_id, episode_id) not in self._linked:
+            self._linked.add((fact_id, episode_id))
+            self._session.add(MemoryLink(user_id=self.user_id, fact_id=fact_id,
+                                         episode_id=episode_id, created_at=now()))  # fmt: skip
 
     def stamp(self, row: Memory) -> None:
         """Stamp `row` as written by this unit, with no event (its links changed): reread."""
