@@ -50,6 +50,8 @@ from app.memory.service import MemoryService
 from app.memory.store.records import in_utc, now
 from app.memory.store.tables import Memory, MemorySource, MemoryType
 
+EPISODE = MemoryType.EPISODE.value
+
 if TYPE_CHECKING:
     from app.memory.learning.jobs import JobQueue
 
@@ -90,13 +92,16 @@ class Applier:
         grounds: Grounds | None = None,
         observed_at: datetime | None = None,
         episodes: Sequence[str] = (),
+        kept: Sequence[str] = (),
     ) -> list[Applied]:
         """Apply a job's operations (`aliases`: the numbers shown -> memory ids). With `queue`,
         the job is deleted from it in the same transaction, and nothing is applied when it is
         already gone (applied by another process: :class:`JobGone`): exactly once. With
         `grounds`, what is not the user's words is refused (the module docstring).
         `observed_at`: when the job's turns were said (now when None). `episodes`: the texts of
-        the job's episodes, written in the same transaction, each fact linked to its own."""
+        the job's episodes, written in the same transaction, each fact linked to its own; `kept`:
+        the ids of the episodes it wrote as it was parked (:mod:`~app.memory.learning.parking`),
+        linked and keyed the same way."""
         outcomes: list[Applied] = []
         planned: list[Planned] = []
         for operation in operations:
@@ -119,15 +124,19 @@ class Applier:
         # not those a small model only restated (an UPDATE to the words it has: no link either)
         facts = [p.operation.content or "" for p in planned
                  if p.embedded is not None and not await self._restated(user_id, p)]  # fmt: skip
-        keys = index_keys(episodes, facts)
-        kept = list(zip(episodes, keys, await embed_for_store(self._service.embedder, keys),
-                        strict=True))  # fmt: skip
+        kinds = await self._service.store.kinds(user_id, kept) if kept else {}
+        stored = [(i, content) for i, (kind, content) in kinds.items() if kind == EPISODE]
+        keys = index_keys([*episodes, *(content for _, content in stored)], facts)
+        vectors = await embed_for_store(self._service.embedder, keys)
+        new = list(zip(episodes, keys, vectors, strict=False))
+        rekeyed = {i: (key, embedded) for (i, _), key, embedded
+                   in zip(stored, keys[len(new):], vectors[len(new):], strict=True)}  # fmt: skip
         # what says the same as a memory deleted goes with it (MemoryService.delete's rule)
         deleting = [p.memory_id for p in planned if p.operation.op is Op.DELETE and p.memory_id]
         same = await self._service.restatements(user_id, deleting) if deleting else {}
-        if planned or kept or queue is not None:
+        if planned or new or rekeyed or queue is not None:
             outcomes += await self._commit(
-                user_id, planned, job_id, queue, observed_at, kept, same=same
+                user_id, planned, job_id, queue, observed_at, new, same=same, rekeyed=rekeyed
             )
         return outcomes
 
@@ -178,6 +187,7 @@ class Applier:
         episodes: Sequence[tuple[str, str, Embedded]] = (),
         *,
         same: Mapping[str, Mapping[int, float]] | None = None,
+        rekeyed: Mapping[str, tuple[str, Embedded]] | None = None,
     ) -> list[Applied]:
         outcomes: list[Applied] = []
         async with self._service.store.writing(user_id, MemorySource.MANAGER, job_id=job_id) as w:
@@ -255,7 +265,9 @@ class Applier:
             facts = [(o.memory_id, o.operation.content or "") for o in outcomes
                      if o.result in ("created", "updated") and o.memory_id
                      and o.memory_id not in gone]  # fmt: skip
-            write_episodes(w, episodes, facts, written=stamp, said=said)
+            rekeyed = rekeyed or {}
+            stored = [(row, *rekeyed[row.id]) for row in (await w.rows(list(rekeyed))).values()]
+            write_episodes(w, episodes, facts, written=stamp, said=said, stored=stored)
         return outcomes
 
 

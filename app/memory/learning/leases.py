@@ -145,12 +145,21 @@ class Leases(JobBook):
             job_id, status=JobStatus.QUEUED.value, error=error, next_attempt_at=due
         )
 
-    async def park(self, job_id: str, error: str, *, answer: str | None = None) -> bool:
-        """The held job failed for good, until `memproxy jobs retry`; `answer`: the Manager's
-        unusable one. False when this process no longer held it."""
-        return await self._hand_back(
-            job_id, status=JobStatus.FAILED.value, error=error, answer=answer
-        )
+    async def park(
+        self,
+        job_id: str,
+        error: str,
+        *,
+        answer: str | None = None,
+        within: Writer | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> bool:
+        """The held job failed for good, until `memproxy jobs retry`, with the Manager's unusable
+        `answer`, in the unit of work `within` with a new `payload` (:mod:`.parking`). False when
+        this process no longer held it."""
+        more: dict[str, Any] = {} if payload is None else {"payload": payload}
+        return await self._hand_back(job_id, within=within, status=JobStatus.FAILED.value,
+                                     error=error, answer=answer, **more)  # fmt: skip
 
     async def renew(self) -> int:
         """This process is alive: the leases of the jobs it works on run on. How many."""
@@ -278,15 +287,17 @@ class Leases(JobBook):
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
-    async def _hand_back(self, job_id: str, **values: Any) -> bool:
-        async with writing(self._sessions) as session:
-            result = await session.execute(
-                update(ManagerJob)
-                .where(
-                    ManagerJob.id == job_id,
-                    ManagerJob.owner == self.owner,
-                    ManagerJob.status == JobStatus.RUNNING.value,
-                )
-                .values(**values, **UNHELD)
+    async def _hand_back(self, job_id: str, *, within: Writer | None = None, **values: Any) -> bool:
+        statement = (
+            update(ManagerJob)
+            .where(
+                ManagerJob.id == job_id,
+                ManagerJob.owner == self.owner,
+                ManagerJob.status == JobStatus.RUNNING.value,
             )
-            return bool(result.rowcount)  # type: ignore[attr-defined]
+            .values(**values, **UNHELD)
+        )
+        if within is not None:  # parked with what it keeps (parking.py)
+            return bool((await within.execute(statement)).rowcount)  # type: ignore[attr-defined]
+        async with writing(self._sessions) as session:
+            return bool((await session.execute(statement)).rowcount)  # type: ignore[attr-defined]

@@ -8,7 +8,9 @@ be reached, or any other failure, sends the job back with exponential backoff
 (``MEMPROXY_MANAGER_RETRY_SECONDS``, doubled each time); after ``MEMPROXY_MANAGER_JOB_ATTEMPTS``
 attempts the job is parked as failed with the reason (``memproxy jobs retry`` queues it again); a
 Manager that could not be asked is named in it by URL and model. A job whose answer could not be
-used is parked at once, with that answer: its turns are never dropped.
+used is parked at once, with that answer: its turns are never dropped. Either way the job's
+episodes are written as it parks, so the user's words are recalled meanwhile
+(:mod:`app.memory.learning.parking`).
 
 While it lives the worker renews the leases of the jobs its process holds (every third of
 ``MEMPROXY_MANAGER_LEASE_SECONDS``) and queues again the jobs of processes that stopped renewing
@@ -33,6 +35,7 @@ from app.memory.learning.grounding import Grounds, with_requests
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.leases import Job
 from app.memory.learning.manager import Manager, ManagerAnswerUnusable, ManagerUnavailable
+from app.memory.learning.parking import KEPT, kept_episodes, park
 from app.memory.learning.prompt import Shown
 from app.memory.learning.turns import text_of
 from app.memory.service import MemoryService
@@ -160,6 +163,7 @@ class Worker:
                 outcomes = await self._applier.apply(
                     job.user_id, operations, aliases, job_id=job.id, queue=self._queue,
                     grounds=grounds, observed_at=job.created_at, episodes=episodes,
+                    kept=kept_episodes(job),
                 )  # fmt: skip
             except JobGone:
                 self._metrics.jobs_skipped.inc()
@@ -181,7 +185,7 @@ class Worker:
             self._metrics.answers_unusable.inc()
             self._metrics.jobs_failed.inc()
             logger.warning("job %s parked: the manager's answer was unusable: %s", job.id, exc)
-            _held(await self._queue.park(job.id, str(exc)[:1000], answer=exc.answer), job)
+            _held(await self._park(job, str(exc)[:1000], answer=exc.answer), job)
         except Exception as exc:
             reason = (
                 str(exc) if isinstance(exc, ManagerUnavailable) else f"{type(exc).__name__}: {exc}"
@@ -189,7 +193,7 @@ class Worker:
             if job.attempts >= self._attempts:
                 self._metrics.jobs_failed.inc()
                 logger.warning("job %s failed %d times, parked: %s", job.id, job.attempts, reason)
-                _held(await self._queue.park(job.id, reason), job)
+                _held(await self._park(job, reason), job)
             else:
                 delay = self._retry_seconds * 2 ** (job.attempts - 1)
                 logger.info("job %s failed (%s); retrying in %.0f s", job.id, reason, delay)
@@ -217,8 +221,16 @@ class Worker:
         # Up to ~100 turns of 8,000 characters: stemming and searching them would hold the loop.
         grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown, new, job.created_at)
         operations = await asyncio.to_thread(with_requests, operations, new, grounds)
-        episodes = await asyncio.to_thread(episode_texts, context, new) if self._episodes else []
+        # A job parked before wrote its episodes then (parking.py): they are not written twice.
+        write = self._episodes and KEPT not in job.payload
+        episodes = await asyncio.to_thread(episode_texts, context, new) if write else []
         return operations, aliases, grounds, episodes
+
+    async def _park(self, job: Job, reason: str, *, answer: str | None = None) -> bool:
+        """Park the job for good, keeping its episodes (:mod:`app.memory.learning.parking`)."""
+        return await park(
+            self._service, self._queue, job, reason, answer=answer, episodes=self._episodes
+        )
 
 
 def _held(held: bool, job: Job) -> None:
