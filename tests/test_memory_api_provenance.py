@@ -13,8 +13,7 @@ from sqlalchemy import select
 
 from app.memory.learning.applier import Applier
 from app.memory.learning.decisions import Op, Operation
-from app.memory.store.records import NewMemory
-from app.memory.store.tables import Memory, MemoryLink, MemorySource
+from app.memory.store.tables import Memory, MemoryLink
 from tests.memory.learning.support import services
 from tests.memory_api_support import ANN, BOB, add
 from tests.test_memory_api_forgetting import learned
@@ -200,11 +199,10 @@ async def test_undo_gives_a_shared_episode_back_its_other_fact(client: httpx.Asy
 
 
 async def test_a_copy_never_links_to_the_memory_it_copies(client: httpx.AsyncClient) -> None:
-    """A batch of copies (the CLI's ``--ids new`` writes in batches) names the ids it copies:
-    one the user holds (the original) is not linked to the copy."""
+    """A copy (``?ids=new``) of a fact line naming an episode the file does not hold (the user's
+    original, say) links to nothing: the original is not linked to the copy."""
     fact, episode = await learned(client, FACT, SAID)
-    copy = NewMemory(FACT, copy_of=fact, linked=(episode,), source=MemorySource.IMPORT)
-    written = await services(client).memory.add("ann", [copy])
-    assert written.links == []
+    line = {"id": fact, "content": FACT, "linked": [episode]}
+    assert (await imported(client, [line], ids="new"))["imported"] == 1
     assert await stored_links(client) == {("ann", fact, episode)}
     assert (await one(client, episode))["linked"] == [fact]

@@ -118,3 +118,30 @@ async def test_a_delete_says_the_links_of_an_episode_that_went_because_it_says_t
     removed = await store.delete("ann", [f.id], same={f.id: {e2.key: 0.9}})
     assert [r.id for r in removed.also] == ["e2"]
     assert removed.linked.get("e2") == ["g"]
+
+
+async def test_a_stored_episode_an_import_links_facts_to_is_found_by_all_of_them(
+    client: httpx.AsyncClient,
+) -> None:
+    """The episode is the user's already (another import, an earlier batch): the facts a later
+    import links to it extend its index key, after those linked before, and this process's
+    index finds it by them; a link sent again adds nothing to the key."""
+    await imported(client, [CELLO, {"id": "f0", "content": "Has a cello", "linked": ["ep-1"]}])
+    assert await index_text(client, "ep-1") == f"{CELLO['content']} Has a cello."
+    before = await _score(client, "ep-1", "orchestra rehearsals")
+    fact = {"id": "f1", "content": "Joined an orchestra for rehearsals", "linked": ["ep-1"]}
+    await imported(client, [fact])
+    key = f"{CELLO['content']} Has a cello. Joined an orchestra for rehearsals."
+    assert await index_text(client, "ep-1") == key
+    after = await _score(client, "ep-1", "orchestra rehearsals")
+    assert after > before + 0.2, (before, after)
+    await imported(client, [fact])  # again: the key as it was, nothing written
+    assert await index_text(client, "ep-1") == key
+    history = (await client.get("/v1/memories/ep-1/history", headers=ANN)).json()["data"]
+    assert [e["action"] for e in history] == ["created"]  # its words never changed
+
+
+async def _score(client: httpx.AsyncClient, memory_id: str, query: str) -> float:
+    """The memory's score for the query in this process's index (0 when not found)."""
+    found = await services(client).memory.search("ann", query, limit=10, min_score=0.0)
+    return max((f.hit.score for f in found if f.memory.id == memory_id), default=0.0)

@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from app.cli import memory_write
 from app.memory.store.db import create_engine
 from app.memory.store.records import now
 from app.memory.store.tables import JobStatus, ManagerJob
@@ -106,6 +107,33 @@ def test_import_with_new_ids_copies_another_users_export(
     assert {e["action"] for memory_id in ids for e in history(capsys, "ann", memory_id)} == {
         "created"
     }
+
+
+def test_import_with_new_ids_keeps_links_across_its_batches(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI writes a big file in batches: a fact links to the copy of its episode written in
+    an earlier batch (it was dropped), and the episode is found by the fact (its index key)."""
+    monkeypatch.setattr(memory_write, "BATCH", 2)
+    lines = [
+        {"id": "e-1", "type": "episode", "content": "I stopped eating meat years ago."},
+        *({"id": f"x-{i}", "content": f"Owns {i} kayaks"} for i in range(3)),
+        {"id": "f-1", "content": "Is vegetarian", "linked": ["e-1"]},
+    ]
+    source = tmp_path / "ann.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    code, out, _ = run(
+        capsys, "memories", "import", "--user", "bob", str(source), "--ids", "new", "--json"
+    )
+    assert code == 0 and orjson.loads(out) == {"imported": 5, "skipped": 0}
+    exported = tmp_path / "bob.jsonl"
+    assert run(capsys, "memories", "export", "--user", "bob", "--output", str(exported))[0] == 0
+    copies = {m["content"]: m for m in map(orjson.loads, exported.read_bytes().splitlines())}
+    fact, episode = copies["Is vegetarian"], copies["I stopped eating meat years ago."]
+    assert fact["linked"] == [episode["id"]] and episode["linked"] == [fact["id"]]
+    assert {fact["id"], episode["id"]}.isdisjoint({"f-1", "e-1"})
+    out = run(capsys, "memories", "search", "--user", "bob", "vegetarian", "--json")[1]
+    assert episode["id"] in {m["id"] for m in map(orjson.loads, out.splitlines())}
 
 
 def test_an_import_line_without_id_is_a_new_memory(

@@ -72,18 +72,21 @@ class MemoryService:
         (``Written.created`` tells them apart). `rename_taken` and `once`: see
         :meth:`MemoryStore.add` (another user's id imported under one of this user's; a text the
         user has already is not stored twice, also when sent at once from several places)."""
-        items, links = await provenance(self.store, user_id, items)
+        found = await provenance(self.store, user_id, items)
+        items, rekeyed = found.items, list(found.rekeyed.items())
         texts = [item.index_text or item.content for item in items]
-        embedded = await embed_for_store(self.embedder, texts)
+        embedded = await embed_for_store(self.embedder, [*texts, *(key for _, key in rekeyed)])
+        embedded, keyed = embedded[: len(texts)], embedded[len(texts) :]
         prepared = [
             replace(item, embedding=e.embedding, embedding_model=e.model)
             for item, e in zip(items, embedded, strict=True)
         ]
+        keys = {i: (key, e.embedding, e.model) for (i, key), e in zip(rekeyed, keyed, strict=True)}
         written = await self.store.add(
-            user_id, prepared, rename_taken=rename_taken, once=once, links=links
+            user_id, prepared, rename_taken=rename_taken, once=once, links=found.links, rekeyed=keys
         )
         fresh = [i for i, created in enumerate(written.created) if created]
-        if fresh:
+        if fresh and not rekeyed:  # else the index catches up with the episodes rekeyed too
             records = [written.records[i] for i in fresh]
             self.cache.written(
                 user_id,

@@ -8,7 +8,9 @@ as said when it was written (its `created_at`, else now), and as no profile fact
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -95,6 +97,7 @@ def read_import(
     new id (its created event names the id it copies): to import another user's export. More
     than `max_lines` memories (None: no limit) is a 400."""
     items: list[NewMemory] = []
+    copies: dict[str, str] = {}  # with new_ids: a line's id -> its copy's (named twice: the last)
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
@@ -115,17 +118,23 @@ def read_import(
             raise ValidationFailed(f"line {number}: {reason}", param=where) from None
         check_length(item.content, max_chars, f"line {number}.content")
         copied = new_ids and item.id is not None
+        memory_id = str(uuid.uuid4()) if new_ids else item.id
+        if copied:
+            copies[str(item.id)] = str(memory_id)
         items.append(
             NewMemory(
                 content=item.content, type=item.type, metadata=item.metadata, pinned=item.pinned,
-                source=MemorySource.IMPORT, id=None if new_ids else item.id,
+                source=MemorySource.IMPORT, id=memory_id,
                 created_at=item.created_at, profile=item.profile,
                 observed_at=item.observed_at or item.created_at,
                 detail=f"imported as a copy of memory {item.id}" if copied else None,
-                copy_of=item.id if new_ids else None, linked=tuple(item.linked),
-                **({} if new_ids else _kept(item)),
+                linked=tuple(item.linked), **({} if new_ids else _kept(item)),
             )
         )  # fmt: skip
     if not items:
         raise InvalidRequest("nothing to import: send JSON Lines, one memory each", code="empty")
-    return items  # a copy links within its own import only (search.provenance drops the rest)
+    if new_ids:  # a copy links to copies, by their new ids, whichever batch writes them (the
+        # CLI's); never to an id the file does not hold, which may be the user's original
+        items = [replace(i, linked=tuple(copies[o] for o in i.linked if o in copies))
+                 for i in items]  # fmt: skip
+    return items

@@ -1,55 +1,88 @@
 """What an import's lines say of provenance (issue 25): each line's ``linked`` ids, made into the
-links the store puts back, and the index key each imported episode gets from the facts linked
-to it, the key the learning path gives an episode (:func:`~app.memory.search.parts.index_key`),
-so that the episode is found, and embedded, as it was before its export or deletion."""
+links the store puts back, and the index key each episode gets from the facts linked to it, the
+key the learning path gives an episode (:func:`~app.memory.search.parts.index_key`), so that the
+episode is found, and embedded, as it was before its export or deletion.
+
+An episode the user holds already (one an earlier batch of the CLI wrote, or a line whose id is
+there) gets the key of all its facts, those linked before and the import's: the store gives it
+that key in the import's unit of work (:meth:`app.memory.store.memories.MemoryStore.add`,
+`rekeyed`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from app.memory.search.parts import index_key
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
 from app.memory.store.tables import MemoryType
 
+EPISODE = MemoryType.EPISODE.value
 
-async def provenance(
-    store: MemoryStore, user_id: str, items: Sequence[NewMemory]
-) -> tuple[list[NewMemory], list[tuple[str, str]]]:
-    """An import's links (each item's ``linked``) as pairs of ids for the store to put back
-    (:func:`app.memory.store.links.restore`), and its items, each episode with the index key
-    the facts linked to it give it, as the learning path keys an episode (:func:`index_key`):
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    items: list[NewMemory]
+    """The import's items, each new episode with the index key its facts give it."""
+    links: list[tuple[str, str]]
+    """Pairs of ids for the store to link (:func:`app.memory.store.links.restore`)."""
+    rekeyed: dict[str, str]
+    """The new index keys of episodes the user holds already, by id."""
+
+
+async def provenance(store: MemoryStore, user_id: str, items: Sequence[NewMemory]) -> Provenance:
+    """An import's links (each item's ``linked``), its items with their episodes' index keys,
+    and the keys of the user's stored episodes the import links facts to (module docstring):
     the facts of the import, and the user's stored ones."""
     named: dict[str, NewMemory] = {}
     for item in items:  # a line named twice: the last, as the store maps the id to its copy
-        named[item.id or item.copy_of or ""] = item
+        named[item.id or ""] = item
     named.pop("", None)
     pairs = {
         frozenset((ref, other)): (ref, other)
         for item in items
-        if (ref := item.id or item.copy_of) and named.get(ref) is item
+        if (ref := item.id) and named.get(ref) is item
         for other in item.linked
-        # a copy links to copies only: the id it names may be the user's original
-        if other != ref and (other in named or item.copy_of is None)
+        if other != ref
     }
     if not pairs:
-        return list(items), []
-    unknown = {i for pair in pairs.values() for i in pair if i not in named}
-    stored = await store.kinds(user_id, list(unknown))
-    kinds = stored | {ref: (item.type.value, item.content) for ref, item in named.items()}
-    facts: dict[str, list[str]] = {}
+        return Provenance(list(items), [], {})
+    ends = {i for pair in pairs.values() for i in pair}
+    stored = await store.kinds(user_id, list(ends))  # named ones too: a line whose id is there
+    kinds = {ref: (item.type.value, item.content) for ref, item in named.items()} | stored
+    facts: dict[str, dict[str, str]] = {}  # episode -> its facts' contents, by id
     for a, b in pairs.values():
         if a not in kinds or b not in kinds:
             continue  # dropped: not the user's (the store drops them too)
-        if kinds[b][0] == MemoryType.EPISODE.value:
+        if kinds[b][0] == EPISODE:
             a, b = b, a
-        if kinds[a][0] == MemoryType.EPISODE.value and kinds[b][0] != MemoryType.EPISODE.value:
-            facts.setdefault(a, []).append(kinds[b][1])
+        if kinds[a][0] == EPISODE and kinds[b][0] != EPISODE:
+            facts.setdefault(a, {})[b] = kinds[b][1]
     keyed = [
-        replace(item, index_text=index_key(item.content, facts[ref]))
-        if (ref := item.id or item.copy_of) in facts and named.get(ref or "") is item
+        replace(item, index_text=index_key(item.content, list(facts[ref].values())))
+        if (ref := item.id) in facts and named.get(ref or "") is item and ref not in stored
         else item
         for item in items
     ]
-    return keyed, list(pairs.values())
+    return Provenance(keyed, list(pairs.values()), await _rekeyed(store, user_id, stored, facts))
+
+
+async def _rekeyed(
+    store: MemoryStore,
+    user_id: str,
+    stored: dict[str, tuple[str, str]],
+    facts: dict[str, dict[str, str]],
+) -> dict[str, str]:
+    """The index key of each stored episode the import links facts to: its words, the facts
+    linked to it before (oldest first), then the import's."""
+    episodes = [ref for ref in facts if ref in stored and stored[ref][0] == EPISODE]
+    if not episodes:
+        return {}
+    before = await store.linked(user_id, episodes)
+    known = await store.kinds(user_id, [f for e in episodes for f in before.get(e, ())])
+    keys: dict[str, str] = {}
+    for episode in episodes:
+        earlier = {f: known[f][1] for f in before.get(episode, ()) if f in known}
+        keys[episode] = index_key(stored[episode][1], list((earlier | facts[episode]).values()))
+    return keys

@@ -155,3 +155,18 @@ async def restore(
         for row in (await w.rows(touched[start : start + LINK_CHUNK])).values():
             w.stamp(row)
     return list(wanted.values())
+
+
+Rekey = tuple[str, bytes, str]
+"""An episode's new index key, that key's embedding, and the embedding's model."""
+
+
+async def rekey(w: Writer, keys: Mapping[str, Rekey]) -> None:
+    """Give the user's episodes named in `keys` their new index keys (an import linked facts to
+    them: :mod:`app.memory.search.provenance`), in the unit `w`; an episode whose key is that
+    already, or gone, is left alone. No event: its words are unchanged."""
+    for row in (await w.rows(list(keys))).values() if keys else ():
+        text, embedding, model = keys[row.id]
+        if row.type == MemoryType.EPISODE.value and row.index_text != text:
+            row.index_text, row.embedding, row.embedding_model = text, embedding, model
+            w.stamp(row)

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from app.memory.store import events
 from app.memory.store.claims import IdTaken, found, own_ids, same_text
 from app.memory.store.db import writing
-from app.memory.store.links import LINK_CHUNK, before_delete, restore
+from app.memory.store.links import LINK_CHUNK, Rekey, before_delete, rekey, restore
 from app.memory.store.marks import RecallMarks
 from app.memory.store.queries import MemoryQueries, own
 from app.memory.store.records import (
@@ -85,6 +85,7 @@ class MemoryStore(MemoryQueries, WholeUser):
         rename_taken: bool = False,
         once: bool = False,
         links: Sequence[tuple[str, str]] = (),
+        rekeyed: Mapping[str, Rekey] | None = None,
     ) -> Written:
         """Create memories; an item whose id already exists (for this user) is left as it is and
         returned unchanged (``Written.created`` says which were new), also when a concurrent
@@ -95,12 +96,15 @@ class MemoryStore(MemoryQueries, WholeUser):
         one of the user's memories is not created either: that memory is returned, also under
         concurrent writes (the user's write lock is held from the look to the commit). Only
         created memories bump the version and get events. `links`: pairs of ids to link
-        (:func:`~app.memory.store.links.restore`), an item named by its id as given or the id
-        it copies (``copy_of``), any other id as the user's memory."""
+        (:func:`~app.memory.store.links.restore`), an item named by its id as given, any other
+        id as the user's memory; `rekeyed`: new index keys of the user's episodes, by id
+        (:func:`~app.memory.store.links.rekey`), given in the same unit of work."""
         attempt = 0
         while True:
             try:
-                return await self._add(user_id, items, job_id, rename_taken, once, links)
+                return await self._add(
+                    user_id, items, job_id, rename_taken, once, links, rekeyed or {}
+                )
             except IdTaken:  # renamed: another user's write took an id since the look; again
                 attempt += 1
                 if not rename_taken or attempt == 3:
@@ -114,6 +118,7 @@ class MemoryStore(MemoryQueries, WholeUser):
         rename_taken: bool,
         once: bool,
         links: Sequence[tuple[str, str]],
+        rekeyed: Mapping[str, Rekey],
     ) -> Written:
         stamp = now()
         given = items
@@ -147,8 +152,9 @@ class MemoryStore(MemoryQueries, WholeUser):
                 raced = [memory_id for memory_id in fresh if memory_id not in inserted]
                 if raced:  # committed by another write since the read above: they exist now
                     existing.update(await found(w, raced, expected=True))
-            named = {(i.id or i.copy_of or ""): got for i, got in zip(given, ids, strict=True)}
+            named = {(i.id or ""): got for i, got in zip(given, ids, strict=True)}
             restored = await restore(w, links, named) if links else []
+            await rekey(w, rekeyed)
         assert w.version is not None
         rows = existing | {memory_id: fresh[memory_id] for memory_id in inserted}
         created = []

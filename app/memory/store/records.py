@@ -62,8 +62,6 @@ class NewMemory:
     """When what it says was said; None: when it is written."""
     index_text: str | None = None
     """What it is found by when not its content (an imported episode's words and facts)."""
-    copy_of: str | None = None
-    """The id of the line an import with new ids copies (links within the import name it)."""
     linked: tuple[str, ...] = ()
     """The ids its import line names as linked to it (the service puts back those it can)."""
 
