@@ -135,14 +135,14 @@ class MemoryService:
     ) -> dict[str, dict[int, float]]:
         """For each of these memories that is a fact (not an episode), by id: the user's other
         memories that say what it says, key -> cosine (:mod:`app.memory.search.restating`)."""
-        records = [await self.store.get(user_id, i) for i in dict.fromkeys(memory_ids)]
-        facts = [r for r in records if r is not None and r.type != MemoryType.EPISODE.value]
+        found = await self.store.kinds(user_id, memory_ids)  # one read, not one per id
+        facts = {i: (c, k) for i, (t, c, k) in found.items() if t != MemoryType.EPISODE.value}
         if not facts:
             return {}
         index = await self.cache.get(user_id)
         return {
-            fact.id: await restatements(index, self.embedder, fact.key, fact.content)
-            for fact in facts
+            memory_id: await restatements(index, self.embedder, key, content)
+            for memory_id, (content, key) in facts.items()
         }
 
     async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> int:

@@ -125,7 +125,7 @@ class Applier:
         facts = [p.operation.content or "" for p in planned
                  if p.embedded is not None and not await self._restated(user_id, p)]  # fmt: skip
         kinds = await self._service.store.kinds(user_id, kept) if kept else {}
-        stored = [(i, content) for i, (kind, content) in kinds.items() if kind == EPISODE]
+        stored = [(i, content) for i, (kind, content, _) in kinds.items() if kind == EPISODE]
         keys = index_keys([*episodes, *(content for _, content in stored)], facts)
         vectors = await embed_for_store(self._service.embedder, keys)
         new = list(zip(episodes, keys, vectors, strict=False))

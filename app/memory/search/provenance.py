@@ -49,7 +49,8 @@ async def provenance(store: MemoryStore, user_id: str, items: Sequence[NewMemory
     if not pairs:
         return Provenance(list(items), [], {})
     ends = {i for pair in pairs.values() for i in pair}
-    stored = await store.kinds(user_id, list(ends))  # named ones too: a line whose id is there
+    found = await store.kinds(user_id, list(ends))  # named ones too: a line whose id is there
+    stored = {i: (kind, content) for i, (kind, content, _) in found.items()}
     kinds = {ref: (item.type.value, item.content) for ref, item in named.items()} | stored
     facts: dict[str, dict[str, str]] = {}  # episode -> its facts' contents, by id
     for a, b in pairs.values():

@@ -251,16 +251,18 @@ class MemoryStore(MemoryQueries, WholeUser):
             row = await session.scalar(own(user_id).where(Memory.id == memory_id))
             return record_of(row) if row is not None else None
 
-    async def kinds(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """The type and content of the user's memories with these ids, by id."""
+    async def kinds(
+        self, user_id: str, memory_ids: Sequence[str]
+    ) -> dict[str, tuple[str, str, int]]:
+        """The type, content and key of the user's memories with these ids, by id."""
         wanted = list(dict.fromkeys(memory_ids))
-        found: dict[str, tuple[str, str]] = {}
+        found: dict[str, tuple[str, str, int]] = {}
         async with self.sessions() as session:
             for start in range(0, len(wanted), LINK_CHUNK):  # a bound parameter list stays small
-                query = select(Memory.id, Memory.type, Memory.content).where(
+                query = select(Memory.id, Memory.type, Memory.content, Memory.key).where(
                     Memory.user_id == user_id, Memory.id.in_(wanted[start : start + LINK_CHUNK])
                 )
-                found |= {i: (t, c) for i, t, c in await session.execute(query)}
+                found |= {i: (t, c, k) for i, t, c, k in await session.execute(query)}
         return found
 
     async def get_many(self, user_id: str, keys: Sequence[int]) -> dict[int, MemoryRecord]:
