@@ -5,6 +5,7 @@ once, and a crash mid-job loses nothing."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 import respx
@@ -19,6 +20,7 @@ from app.memory.learning.extraction import MAX_JOB_TURNS, exchange
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.turns import turn
 from app.memory.service import MemoryService
+from app.memory.store.db import writing
 from app.memory.store.memories import MemoryStore
 from app.memory.store.tables import ManagerJob, MemorySource
 from tests.conftest import AppClientFactory
@@ -264,3 +266,31 @@ async def test_failed_jobs_show_in_stats_and_the_cli_requeues_them(
     )
     assert "queued again: 1" in capsys.readouterr().err
     assert (await queue.counts("ann"))["queued"] == 1
+
+
+async def test_turns_of_another_day_never_join_a_waiting_job(engine: AsyncEngine) -> None:
+    """A job has one date (its memories' observed_at, the Manager's "today"): a routine job
+    still queued since yesterday (its Manager down, retrying) does not take today's turns."""
+    sessions = MemoryStore(engine).sessions
+    queue = JobQueue(sessions, limit=100)
+    turns: list[ModelMessage] = [turn("user", "I fly to Rome tomorrow"), turn("assistant", "ok")]
+    first = exchange(turns, set(), threshold=1)
+    assert first is not None
+    yesterday = await queue.enqueue("ann", "m", first, interval_seconds=3600)
+    assert yesterday is not None
+    async with writing(sessions) as session:
+        job = (
+            await session.scalars(select(ManagerJob).where(ManagerJob.id == yesterday.job_id))
+        ).one()
+        job.created_at = job.created_at - timedelta(days=1)
+    turns += [turn("user", "I land at 9"), turn("assistant", "ok")]
+    second = exchange(turns, set(first.fingerprints), threshold=1)
+    assert second is not None
+    today = await queue.enqueue("ann", "m", second, interval_seconds=3600)
+    assert today is not None and today.job_id != yesterday.job_id
+    # the same day, the turns join as before
+    turns += [turn("user", "I stay two nights"), turn("assistant", "ok")]
+    third = exchange(turns, {*first.fingerprints, *second.fingerprints}, threshold=1)
+    assert third is not None
+    later = await queue.enqueue("ann", "m", third, interval_seconds=3600)
+    assert later is not None and later.job_id == today.job_id
