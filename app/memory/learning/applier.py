@@ -46,6 +46,7 @@ from app.memory.learning.episodes import index_keys, is_episode, write_episodes
 from app.memory.learning.grounding import Grounds
 from app.memory.learning.planning import Planned, plan_operation, same_words, unrelated_cosine
 from app.memory.search.parts import Embedded, embed_for_store
+from app.memory.search.provenance import linked_facts
 from app.memory.service import MemoryService
 from app.memory.store.records import in_utc, now
 from app.memory.store.tables import Memory, MemorySource, MemoryType
@@ -124,13 +125,7 @@ class Applier:
         # not those a small model only restated (an UPDATE to the words it has: no link either)
         facts = [p.operation.content or "" for p in planned
                  if p.embedded is not None and not await self._restated(user_id, p)]  # fmt: skip
-        kinds = await self._service.store.kinds(user_id, kept) if kept else {}
-        stored = [(i, content) for i, (kind, content, _) in kinds.items() if kind == EPISODE]
-        keys = index_keys([*episodes, *(content for _, content in stored)], facts)
-        vectors = await embed_for_store(self._service.embedder, keys)
-        new = list(zip(episodes, keys, vectors, strict=False))
-        rekeyed = {i: (key, embedded) for (i, _), key, embedded
-                   in zip(stored, keys[len(new):], vectors[len(new):], strict=True)}  # fmt: skip
+        new, rekeyed = await self._episode_keys(user_id, episodes, kept, facts)
         # what says the same as a memory deleted goes with it (MemoryService.delete's rule)
         deleting = [p.memory_id for p in planned if p.operation.op is Op.DELETE and p.memory_id]
         same = await self._service.restatements(user_id, deleting) if deleting else {}
@@ -139,6 +134,23 @@ class Applier:
                 user_id, planned, job_id, queue, observed_at, new, same=same, rekeyed=rekeyed
             )
         return outcomes
+
+    async def _episode_keys(
+        self, user_id: str, episodes: Sequence[str], kept: Sequence[str], facts: Sequence[str]
+    ) -> tuple[list[tuple[str, str, Embedded]], dict[str, tuple[str, Embedded]]]:
+        """The job's new episodes (text, index key, its embedding), and the new keys of the
+        episodes it kept as it was parked that are still there (id -> key, its embedding)."""
+        kinds = await self._service.store.kinds(user_id, kept) if kept else {}
+        stored = [(i, content) for i, (kind, content, _) in kinds.items() if kind == EPISODE]
+        # a kept episode's key keeps the facts linked to it meanwhile (an import's)
+        linked = await linked_facts(self._service.store, user_id, [i for i, _ in stored])
+        earlier = [*([] for _ in episodes), *(list(linked[i].values()) for i, _ in stored)]
+        keys = index_keys([*episodes, *(content for _, content in stored)], facts, earlier)
+        vectors = await embed_for_store(self._service.embedder, keys)
+        new = list(zip(episodes, keys, vectors, strict=False))
+        rekeyed = {i: (key, embedded) for (i, _), key, embedded
+                   in zip(stored, keys[len(new):], vectors[len(new):], strict=True)}  # fmt: skip
+        return new, rekeyed
 
     async def _restated(self, user_id: str, plan: Planned) -> bool:
         """Whether `plan` UPDATEs a memory to the words it has (applied as ``unchanged``)."""

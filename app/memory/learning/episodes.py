@@ -13,7 +13,8 @@ turns the job's new user turns into episode texts:
 
 Nothing here writes: the applier stores the episodes (:func:`episode_row`) in the job's own
 unit of work, with a link from each fact the job wrote to the episodes it came from
-(:func:`sources_of`).
+(:func:`sources_of`); a job parked as failed stores them as it parks
+(:mod:`app.memory.learning.parking`).
 """
 
 from __future__ import annotations
@@ -158,9 +159,12 @@ def episode_row(
     )  # fmt: skip
 
 
-def index_keys(episodes: Sequence[str], facts: Sequence[str]) -> list[str]:
-    """Each episode's index key: its text, then the facts written from it (those
-    :func:`sources_of` gives it), each as a sentence of its own. LongMemEval's key expansion:
+def index_keys(
+    episodes: Sequence[str], facts: Sequence[str], earlier: Sequence[Sequence[str]] = ()
+) -> list[str]:
+    """Each episode's index key: its text, then the facts linked to it before (`earlier`, by
+    position: a stored episode's), then those written from it now (those :func:`sources_of`
+    gives it), each as a sentence of its own. LongMemEval's key expansion:
     a question that names what the fact says ("vegetarian") finds the words the user said it
     in ("I stopped eating meat years ago"), and the dense parts of the key
     (:mod:`app.memory.search.parts`) include each fact's sentence."""
@@ -168,7 +172,11 @@ def index_keys(episodes: Sequence[str], facts: Sequence[str]) -> list[str]:
     for fact in facts:
         for at in sources_of(fact, [(str(i), text) for i, text in enumerate(episodes)]):
             drawn.setdefault(int(at), []).append(fact)
-    return [index_key(text, drawn.get(i, ())) for i, text in enumerate(episodes)]
+    before = [*earlier, *[()] * (len(episodes) - len(earlier))]
+    return [
+        index_key(text, list(dict.fromkeys([*before[i], *drawn.get(i, ())])))
+        for i, text in enumerate(episodes)
+    ]
 
 
 def sources_of(fact: str, episodes: Sequence[tuple[str, str]]) -> list[str]:

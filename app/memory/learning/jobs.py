@@ -14,8 +14,9 @@ Promises:
 - routine exchanges within ``MEMPROXY_PROCESSING_INTERVAL`` of the user's last job join that
   user's pending routine job, due at the end of the interval; an explicit request takes a
   pending routine job's turns along and is due at once; either only while the two hold at most
-  :data:`~app.memory.learning.extraction.MAX_JOB_TURNS` new turns and were queued on the same
-  day (UTC: a job has one date), else each stays a job of its own;
+  :data:`~app.memory.learning.extraction.MAX_JOB_TURNS` new turns, were said on the same day
+  (UTC: a job has one date), and the pending one was never parked, else each stays a job of its
+  own;
 - beyond ``MEMPROXY_MANAGER_QUEUE_LIMIT`` queued jobs, the oldest routine ones are dropped;
   explicit ones never are;
 - jobs made from past conversations (:mod:`app.memory.learning.history`, their ids beginning
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
@@ -37,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.learning.extraction import MAX_JOB_TURNS, Exchange, for_manager
 from app.memory.learning.leases import Leases, from_history
+from app.memory.learning.parking import KEPT
 from app.memory.learning.turns import dump, fingerprints_of, role_of, text_of, turn
 from app.memory.store.db import insert_for, writing
 from app.memory.store.records import aware, in_utc, now
@@ -91,14 +93,18 @@ def _locked(condition: Any, status: JobStatus, *more: Any) -> Select[ManagerJob]
     )
 
 
-def _apart(pending: ManagerJob, job: ManagerJob, stamp: datetime) -> bool:
-    """Whether the turns of `job` (queued at `stamp`) must not join those of `pending`: the two
-    would be over the bound, or were said on different days (UTC). A job has one date, its
-    memories' `observed_at` and the day the Manager reads "yesterday" from: a job waiting to
-    be retried since yesterday must not lend its date to today's turns."""
-    if len(pending.payload["new"]) + len(job.payload["new"]) > MAX_JOB_TURNS:
+def _apart(pending: ManagerJob, job: ManagerJob) -> bool:
+    """Whether the turns of `job` must not join those of `pending`: the two would be over the
+    bound, or were said on different days (UTC), or `pending` was parked and retried (its
+    episodes were written as it parked: :mod:`.parking`; turns joining it would get none, or
+    the whole job them twice). A job has one date, its memories' `observed_at` and the day the
+    Manager reads "yesterday" from: a job waiting since yesterday must not lend it to today's."""
+    if (
+        KEPT in pending.payload
+        or len(pending.payload["new"]) + len(job.payload["new"]) > MAX_JOB_TURNS
+    ):
         return True
-    return in_utc(aware(pending.created_at)).date() != in_utc(stamp).date()
+    return in_utc(aware(pending.created_at)).date() != in_utc(aware(job.created_at)).date()
 
 
 class JobQueue(Leases):
@@ -212,7 +218,7 @@ class JobQueue(Leases):
                 ~from_history(),
             ).order_by(ManagerJob.key.desc()).limit(1)
         )  # fmt: skip
-        if pending is not None and _apart(pending, job, stamp):
+        if pending is not None and _apart(pending, job):
             # One job is one Manager call, of one day: this one goes on its own. An explicit one
             # must not wait behind the routine one (a user's jobs run oldest first): that one is
             # due now.

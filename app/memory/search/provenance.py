@@ -78,12 +78,23 @@ async def _rekeyed(
     """The index key of each stored episode the import links facts to: its words, the facts
     linked to it before (oldest first), then the import's."""
     episodes = [ref for ref in facts if ref in stored and stored[ref][0] == EPISODE]
-    if not episodes:
+    earlier = await linked_facts(store, user_id, episodes)
+    return {
+        episode: index_key(stored[episode][1], list((earlier[episode] | facts[episode]).values()))
+        for episode in episodes
+    }
+
+
+async def linked_facts(
+    store: MemoryStore, user_id: str, episode_ids: Sequence[str]
+) -> dict[str, dict[str, str]]:
+    """For each of these episodes of the user, the facts linked to it: id -> content, oldest
+    link first (what its index key holds after its words)."""
+    if not episode_ids:
         return {}
-    before = await store.linked(user_id, episodes)
-    known = await store.kinds(user_id, [f for e in episodes for f in before.get(e, ())])
-    keys: dict[str, str] = {}
-    for episode in episodes:
-        earlier = {f: known[f][1] for f in before.get(episode, ()) if f in known}
-        keys[episode] = index_key(stored[episode][1], list((earlier | facts[episode]).values()))
-    return keys
+    before = await store.linked(user_id, episode_ids)
+    known = await store.kinds(user_id, [f for e in episode_ids for f in before.get(e, ())])
+    return {
+        episode: {f: known[f][1] for f in before.get(episode, ()) if f in known}
+        for episode in episode_ids
+    }

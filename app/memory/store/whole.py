@@ -29,8 +29,11 @@ class WholeUser:
         their links and history, processed turns' fingerprints, the Manager jobs not yet applied."""
         async with writing(self.sessions) as session:
             w = Writer(session, user_id, actor, None)
+            # The jobs first: a job being applied or parked holds its row until it commits, so
+            # the memories are read after what it wrote (else its episodes would outlive this).
+            await w.execute(delete(ManagerJob).where(ManagerJob.user_id == user_id))
             keys = await w.delete_matching(None)
-            for table in (MemoryEvent, ProcessedTurn, ManagerJob):
+            for table in (MemoryEvent, ProcessedTurn):
                 await w.execute(delete(table).where(table.user_id == user_id))
             await w.finish()
         assert w.version is not None

@@ -294,3 +294,21 @@ async def test_turns_of_another_day_never_join_a_waiting_job(engine: AsyncEngine
     assert third is not None
     later = await queue.enqueue("ann", "m", third, interval_seconds=3600)
     assert later is not None and later.job_id == today.job_id
+
+
+async def test_an_answer_arriving_after_midnight_keeps_its_turns_day(engine: AsyncEngine) -> None:
+    """The turns said yesterday whose answer arrives today do not join today's waiting job."""
+    sessions = MemoryStore(engine).sessions
+    queue = JobQueue(sessions, limit=100)
+    first = exchange([turn("user", "I fly to Rome tomorrow")], set(), threshold=1)
+    assert first is not None
+    late = await queue.enqueue("ann", "m", first, interval_seconds=3600, awaiting=True)
+    assert late is not None
+    async with writing(sessions) as session:
+        job = (await session.scalars(select(ManagerJob).where(ManagerJob.id == late.job_id))).one()
+        job.created_at = job.created_at - timedelta(days=1)
+    second = exchange([turn("user", "I land at 9"), turn("assistant", "ok")], set(), threshold=1)
+    assert second is not None
+    assert await queue.enqueue("ann", "m", second, interval_seconds=3600) is not None
+    await queue.complete(late.job_id, "ok", interval_seconds=3600)
+    assert (await queue.counts())["queued"] == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 import respx
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo
@@ -14,7 +15,8 @@ from sqlalchemy import select
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.leases import Leases
 from app.memory.learning.parking import KEPT, PARKED, park
-from app.memory.store.tables import ManagerJob, MemoryEvent, MemoryLink
+from app.memory.store.records import NewMemory
+from app.memory.store.tables import ManagerJob, MemoryEvent, MemoryLink, MemorySource
 from tests.conftest import AppClientFactory
 from tests.memory.learning.support import ANN, Remembering, manager_client, services, until
 
@@ -190,3 +192,67 @@ async def test_a_job_this_process_no_longer_holds_is_not_parked_and_keeps_nothin
     async with services(client).store.sessions() as session:
         assert (await session.execute(select(MemoryEvent))).all() == []
         assert (await session.scalars(select(ManagerJob.status))).one() == "running"
+
+
+LATER = "I adopted a grey cat called Miso last week."
+
+
+@pytest.mark.parametrize("later", [LATER, f"Remember that {LATER}"])  # routine, then explicit
+async def test_turns_said_while_a_retried_job_waits_keep_their_words_once(
+    make_client: AppClientFactory, upstream_ok: respx.Route, later: str
+) -> None:
+    """A retried job waits (behind another job, say) when the user says more: a routine
+    exchange must not join it (its turns would get no episode) nor an explicit one take its
+    turns along (they would get theirs twice)."""
+    manager = Unreliable()
+    client = await manager_client(make_client, manager, manager_max_retries=0)
+    await _chat(client)
+    await until(lambda: _parked(client))
+    worker = services(client).worker
+    await worker.stop()
+    queue: JobQueue = services(client).jobs
+    assert await queue.retry_failed("ann") == 1
+    await _chat(client, later)
+
+    async def placed() -> bool:
+        counts = await queue.counts()
+        return bool(counts["awaiting"] == 0 and counts["queued"] == 2)
+
+    await until(placed)
+    manager.fixed = True
+    worker._stopping = False
+    await worker.start()
+
+    async def done() -> bool:
+        return sum((await queue.counts()).values()) == 0
+
+    await until(done)
+    assert any("Miso" in f["content"] for f in await _listed(client, "fact"))
+    episodes = sorted(e["content"] for e in await _listed(client, "episode"))
+    assert episodes == sorted([SAID, later])
+
+
+async def test_a_retry_keeps_the_facts_linked_meanwhile_in_a_kept_episodes_key(
+    make_client: AppClientFactory, upstream_ok: respx.Route
+) -> None:
+    manager = Unreliable()
+    client = await manager_client(make_client, manager, manager_max_retries=0)
+    await _chat(client)
+    await until(lambda: _parked(client))
+    (episode,) = await _listed(client, "episode")
+    memory = services(client).memory
+    imported = NewMemory(
+        "Has a cello", id="f0", linked=(episode["id"],), source=MemorySource.IMPORT
+    )
+    await memory.add("ann", [imported])
+    manager.fixed = True
+    queue: JobQueue = services(client).jobs
+    assert await queue.retry_failed("ann") == 1
+
+    async def done() -> bool:
+        return sum((await queue.counts()).values()) == 0
+
+    await until(done)
+    assert len((await memory.store.linked("ann", [episode["id"]]))[episode["id"]]) == 2
+    stored = await memory.store.get("ann", episode["id"])
+    assert stored is not None and stored.index_text == f"{SAID} Has a cello. {SAID}"
