@@ -227,10 +227,16 @@ class Worker:
         return operations, aliases, grounds, episodes
 
     async def _park(self, job: Job, reason: str, *, answer: str | None = None) -> bool:
-        """Park the job for good, keeping its episodes (:mod:`app.memory.learning.parking`)."""
-        return await park(
-            self._service, self._queue, job, reason, answer=answer, episodes=self._episodes
-        )
+        """Park the job for good, keeping its episodes (:mod:`app.memory.learning.parking`); if
+        they cannot be kept (embedding them failed, say), parked without them, as before."""
+        try:
+            return await park(
+                self._service, self._queue, job, reason, answer=answer, episodes=self._episodes
+            )
+        except Exception:
+            logger.warning("job %s: its episodes could not be kept; parked without them", job.id,
+                           exc_info=True)  # fmt: skip
+            return await self._queue.park(job.id, reason, answer=answer)
 
 
 def _held(held: bool, job: Job) -> None:

@@ -12,6 +12,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo
 from sqlalchemy import select
 
+from app.memory.learning import parking
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.leases import Leases
 from app.memory.learning.parking import KEPT, PARKED, park
@@ -256,3 +257,18 @@ async def test_a_retry_keeps_the_facts_linked_meanwhile_in_a_kept_episodes_key(
     assert len((await memory.store.linked("ann", [episode["id"]]))[episode["id"]]) == 2
     stored = await memory.store.get("ann", episode["id"])
     assert stored is not None and stored.index_text == f"{SAID} Has a cello. {SAID}"
+
+
+async def test_a_job_whose_episodes_cannot_be_kept_is_parked_all_the_same(
+    make_client: AppClientFactory, upstream_ok: respx.Route, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = await manager_client(make_client, Unreliable(), manager_max_retries=0)
+
+    async def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("the embedder failed")
+
+    monkeypatch.setattr(parking, "embed_for_store", broken)
+    await _chat(client)
+    await until(lambda: _parked(client))
+    assert await _listed(client, "episode") == []
+    assert KEPT not in await _payload(client)
