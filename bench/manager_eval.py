@@ -473,7 +473,7 @@ class Run:
     async def finish(self, sessions: Sequence[Session], user: str) -> dict[str, Any]:
         """The final memories, the gold facts' best matches and duplicates."""
         stats = self.stats
-        memories = [m async for m in self.service.export(self.user_id)]
+        memories = [m async for m, _ in self.service.export_linked(self.user_id)]
         stats.final_memories += len(memories)
         contents = [m.content for m in memories]
         gold = [(s.number, fact, dia) for s in sessions for fact, dia in s.gold]
