@@ -183,17 +183,17 @@ class Worker:
             # Asking the same model again gives the same answer: parked at once, with it, until
             # `memproxy jobs retry` (e.g. after MEMPROXY_MANAGER_MODEL names a better model).
             self._metrics.answers_unusable.inc()
-            self._metrics.jobs_failed.inc()
             logger.warning("job %s parked: the manager's answer was unusable: %s", job.id, exc)
             _held(await self._park(job, str(exc)[:1000], answer=exc.answer), job)
+            self._metrics.jobs_failed.inc()  # once parked: what it counts can be read then
         except Exception as exc:
             reason = (
                 str(exc) if isinstance(exc, ManagerUnavailable) else f"{type(exc).__name__}: {exc}"
             )[:1000]
             if job.attempts >= self._attempts:
-                self._metrics.jobs_failed.inc()
                 logger.warning("job %s failed %d times, parked: %s", job.id, job.attempts, reason)
                 _held(await self._park(job, reason), job)
+                self._metrics.jobs_failed.inc()
             else:
                 delay = self._retry_seconds * 2 ** (job.attempts - 1)
                 logger.info("job %s failed (%s); retrying in %.0f s", job.id, reason, delay)

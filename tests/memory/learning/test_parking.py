@@ -3,6 +3,7 @@ while it waits, never written twice, and linked to its facts when a retry applie
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -272,3 +273,27 @@ async def test_a_job_whose_episodes_cannot_be_kept_is_parked_all_the_same(
     await until(lambda: _parked(client))
     assert await _listed(client, "episode") == []
     assert KEPT not in await _payload(client)
+
+
+async def test_a_job_is_counted_as_failed_once_it_is_parked_with_its_words(
+    make_client: AppClientFactory, upstream_ok: respx.Route, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the failed-jobs metric counts can be read when it moves (it moved before the job was
+    parked, and keeping its episodes takes a while)."""
+    client = await manager_client(make_client, Unreliable(), manager_max_retries=0)
+    real = parking.embed_for_store
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.3)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(parking, "embed_for_store", slow)
+    await _chat(client)
+
+    async def counted() -> bool:
+        text = (await client.get("/metrics")).text
+        return "memproxy_manager_jobs_failed_total 1.0" in text
+
+    await until(counted)
+    assert (await services(client).jobs.counts())["failed"] == 1
+    assert [e["content"] for e in await _listed(client, "episode")] == [SAID]
