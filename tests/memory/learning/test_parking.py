@@ -59,6 +59,29 @@ async def _listed(client: httpx.AsyncClient, kind: str) -> list[dict[str, Any]]:
     return list(found.json()["data"])
 
 
+async def _parked_chat(
+    make_client: AppClientFactory, manager: Unreliable | None = None, **settings: Any
+) -> tuple[httpx.AsyncClient, Unreliable]:
+    """A client whose first chat's job ended parked (the Manager's answer unusable)."""
+    manager = manager or Unreliable()
+    settings = {"manager_max_retries": 0, **settings}
+    client = await manager_client(make_client, manager, **settings)
+    await _chat(client)
+    await until(lambda: _parked(client))
+    return client, manager
+
+
+async def _no_jobs(client: httpx.AsyncClient) -> bool:
+    return sum((await services(client).jobs.counts()).values()) == 0
+
+
+async def _retried(client: httpx.AsyncClient, manager: Unreliable) -> None:
+    """The Manager answers now; the parked job is retried and applied."""
+    manager.fixed = True
+    assert await services(client).jobs.retry_failed("ann") == 1
+    await until(lambda: _no_jobs(client))
+
+
 async def _payload(client: httpx.AsyncClient) -> dict[str, Any]:
     async with services(client).store.sessions() as session:
         return dict((await session.scalars(select(ManagerJob.payload))).one())
@@ -67,9 +90,7 @@ async def _payload(client: httpx.AsyncClient) -> dict[str, Any]:
 async def test_a_parked_jobs_words_are_kept_and_recalled_while_it_waits(
     make_client: AppClientFactory, upstream_ok: respx.Route
 ) -> None:
-    client = await manager_client(make_client, Unreliable(), manager_max_retries=0)
-    await _chat(client)
-    await until(lambda: _parked(client))
+    client, _ = await _parked_chat(make_client)
     episodes = await _listed(client, "episode")
     assert [e["content"] for e in episodes] == [SAID]
     assert await _listed(client, "fact") == []  # the Manager decided nothing
@@ -89,19 +110,9 @@ async def test_a_parked_jobs_words_are_kept_and_recalled_while_it_waits(
 async def test_a_retried_job_links_its_facts_to_the_kept_episodes_and_writes_none_again(
     make_client: AppClientFactory, upstream_ok: respx.Route
 ) -> None:
-    manager = Unreliable()
-    client = await manager_client(make_client, manager, manager_max_retries=0)
-    await _chat(client)
-    await until(lambda: _parked(client))
+    client, manager = await _parked_chat(make_client)
     (episode,) = await _listed(client, "episode")
-    manager.fixed = True
-    queue: JobQueue = services(client).jobs
-    assert await queue.retry_failed("ann") == 1
-
-    async def done() -> bool:
-        return sum((await queue.counts()).values()) == 0
-
-    await until(done)
+    await _retried(client, manager)
     (fact,) = await _listed(client, "fact")
     assert fact["content"] == SAID and [e["id"] for e in await _listed(client, "episode")] == [
         episode["id"]
@@ -143,20 +154,10 @@ async def test_a_job_parked_after_its_attempts_keeps_its_words_once(
 async def test_a_kept_episode_deleted_meanwhile_is_not_brought_back(
     make_client: AppClientFactory, upstream_ok: respx.Route
 ) -> None:
-    manager = Unreliable()
-    client = await manager_client(make_client, manager, manager_max_retries=0)
-    await _chat(client)
-    await until(lambda: _parked(client))
+    client, manager = await _parked_chat(make_client)
     (episode,) = await _listed(client, "episode")
     assert (await client.delete(f"/v1/memories/{episode['id']}", headers=ANN)).status_code == 200
-    manager.fixed = True
-    queue: JobQueue = services(client).jobs
-    await queue.retry_failed("ann")
-
-    async def done() -> bool:
-        return sum((await queue.counts()).values()) == 0
-
-    await until(done)
+    await _retried(client, manager)
     assert [f["content"] for f in await _listed(client, "fact")] == [SAID]
     assert await _listed(client, "episode") == []
     async with services(client).store.sessions() as session:
@@ -166,9 +167,7 @@ async def test_a_kept_episode_deleted_meanwhile_is_not_brought_back(
 async def test_episodes_turned_off_a_parked_job_keeps_none(
     make_client: AppClientFactory, upstream_ok: respx.Route
 ) -> None:
-    client = await manager_client(make_client, Unreliable(), manager_max_retries=0, episodes=False)
-    await _chat(client)
-    await until(lambda: _parked(client))
+    client, _ = await _parked_chat(make_client, episodes=False)
     assert await _listed(client, "episode") == []
     assert KEPT not in await _payload(client)
 
@@ -206,10 +205,7 @@ async def test_turns_said_while_a_retried_job_waits_keep_their_words_once(
     """A retried job waits (behind another job, say) when the user says more: a routine
     exchange must not join it (its turns would get no episode) nor an explicit one take its
     turns along (they would get theirs twice)."""
-    manager = Unreliable()
-    client = await manager_client(make_client, manager, manager_max_retries=0)
-    await _chat(client)
-    await until(lambda: _parked(client))
+    client, manager = await _parked_chat(make_client)
     worker = services(client).worker
     await worker.stop()
     queue: JobQueue = services(client).jobs
@@ -224,11 +220,7 @@ async def test_turns_said_while_a_retried_job_waits_keep_their_words_once(
     manager.fixed = True
     worker._stopping = False
     await worker.start()
-
-    async def done() -> bool:
-        return sum((await queue.counts()).values()) == 0
-
-    await until(done)
+    await until(lambda: _no_jobs(client))
     assert any("Miso" in f["content"] for f in await _listed(client, "fact"))
     episodes = sorted(e["content"] for e in await _listed(client, "episode"))
     assert episodes == sorted([SAID, later])
@@ -237,24 +229,14 @@ async def test_turns_said_while_a_retried_job_waits_keep_their_words_once(
 async def test_a_retry_keeps_the_facts_linked_meanwhile_in_a_kept_episodes_key(
     make_client: AppClientFactory, upstream_ok: respx.Route
 ) -> None:
-    manager = Unreliable()
-    client = await manager_client(make_client, manager, manager_max_retries=0)
-    await _chat(client)
-    await until(lambda: _parked(client))
+    client, manager = await _parked_chat(make_client)
     (episode,) = await _listed(client, "episode")
     memory = services(client).memory
     imported = NewMemory(
         "Has a cello", id="f0", linked=(episode["id"],), source=MemorySource.IMPORT
     )
     await memory.add("ann", [imported])
-    manager.fixed = True
-    queue: JobQueue = services(client).jobs
-    assert await queue.retry_failed("ann") == 1
-
-    async def done() -> bool:
-        return sum((await queue.counts()).values()) == 0
-
-    await until(done)
+    await _retried(client, manager)
     assert len((await memory.store.linked("ann", [episode["id"]]))[episode["id"]]) == 2
     stored = await memory.store.get("ann", episode["id"])
     assert stored is not None and stored.index_text == f"{SAID} Has a cello. {SAID}"
