@@ -48,6 +48,7 @@ from app.memory.learning.planning import Planned, plan_operation, same_words, un
 from app.memory.search.parts import Embedded, embed_for_store
 from app.memory.search.provenance import linked_facts
 from app.memory.service import MemoryService
+from app.memory.store.links import rekey
 from app.memory.store.records import in_utc, now
 from app.memory.store.tables import Memory, MemorySource, MemoryType
 
@@ -277,8 +278,8 @@ class Applier:
             facts = [(o.memory_id, o.operation.content or "") for o in outcomes
                      if o.result in ("created", "updated") and o.memory_id
                      and o.memory_id not in gone]  # fmt: skip
-            rekeyed = rekeyed or {}
-            stored = [(row, *rekeyed[row.id]) for row in (await w.rows(list(rekeyed))).values()]
+            keys = {i: (k, e.embedding, e.model) for i, (k, e) in (rekeyed or {}).items()}
+            stored = [(row.id, row.content) for row in await rekey(w, keys)]
             write_episodes(w, episodes, facts, written=stamp, said=said, stored=stored)
         return outcomes
 

@@ -199,21 +199,16 @@ def write_episodes(
     *,
     written: datetime,
     said: datetime,
-    stored: Sequence[tuple[Memory, str, Embedded]] = (),
+    stored: Sequence[tuple[str, str]] = (),
 ) -> None:
     """Create a job's episodes (text, index key, the key's embedding) in its unit of work `w`,
-    give the `stored` ones (row, index key, its embedding: a parked job's, written as it
-    parked) their new keys, and link each of the job's facts (id, text) still there to the
-    episodes it came from (:func:`sources_of`, among both)."""
+    and link each of the job's facts (id, text) still there to the episodes it came from
+    (:func:`sources_of`), among those and the `stored` ones (id, text: a parked job's, written
+    as it parked and given their new keys by :func:`app.memory.store.links.rekey`)."""
     rows = [episode_row(w.user_id, t, e, written=written, said=said, key=k) for t, k, e in episodes]
     for row in rows:
         w.create(row)
-    for row, key, embedded in stored:
-        if (key if key != row.content else None) != row.index_text:
-            row.index_text = key if key != row.content else None
-            row.embedding, row.embedding_model = embedded.embedding, embedded.model
-            w.stamp(row)  # found by the facts drawn from it now: no event, its words unchanged
-    candidates = [(row.id, row.content) for row in [*rows, *(r for r, _, _ in stored)]]
+    candidates = [*((row.id, row.content) for row in rows), *stored]
     for fact_id, content in facts if candidates else ():
         for episode_id in sources_of(content, candidates):
             w.link(fact_id, episode_id)  # a fact named twice (written, then updated): once

@@ -161,12 +161,17 @@ Rekey = tuple[str, bytes, str]
 """An episode's new index key, that key's embedding, and the embedding's model."""
 
 
-async def rekey(w: Writer, keys: Mapping[str, Rekey]) -> None:
-    """Give the user's episodes named in `keys` their new index keys (an import linked facts to
-    them: :mod:`app.memory.search.provenance`), in the unit `w`; an episode whose key is that
-    already, or gone, is left alone. No event: its words are unchanged."""
-    for row in (await w.rows(list(keys))).values() if keys else ():
+async def rekey(w: Writer, keys: Mapping[str, Rekey]) -> list[Memory]:
+    """Give the user's episodes named in `keys` their new index keys (facts were linked to them:
+    an import's, :mod:`app.memory.search.provenance`, or a retried job's), in the unit `w`; an
+    episode whose key is that already is left alone. No event: its words are unchanged. The
+    episodes still there (one gone since is not brought back)."""
+    rows = (await w.rows(list(keys))).values()  # none read when there are no keys
+    episodes = [row for row in rows if row.type == MemoryType.EPISODE.value]
+    for row in episodes:
         text, embedding, model = keys[row.id]
-        if row.type == MemoryType.EPISODE.value and row.index_text != text:
-            row.index_text, row.embedding, row.embedding_model = text, embedding, model
+        index_text = text if text != row.content else None  # found by its words alone
+        if row.index_text != index_text:
+            row.index_text, row.embedding, row.embedding_model = index_text, embedding, model
             w.stamp(row)
+    return episodes
