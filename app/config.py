@@ -205,6 +205,14 @@ class Settings(BaseSettings):
     """How long a process holds a job it runs (or whose chat answer it awaits) without renewing
     it; it renews every third of this while it lives. A process killed mid-job: another one takes
     the job up this long after, and runs it once."""
+    manager_steps: Literal["auto", "one", "two"] = "auto"
+    """`two`: the Manager first picks the user's sentences worth keeping, then writes one memory
+    for each (small models do well this way); `one`: one call decides everything; `auto`: two
+    for a model of at most MEMPROXY_MANAGER_SMALL_MODEL_BILLIONS (by its name or its server)."""
+    manager_small_model_billions: float = Field(default=8.0, gt=0)
+    """Largest model, in billions of parameters, that `auto` gives the two-step Manager."""
+    manager_second_look: bool = False
+    """Two-step Manager: one more call listing facts of the user the first pass missed."""
     role_aware: bool = True
     """Show the Manager both sides of the conversation, marked (only the user's words count);
     false: the user's messages only."""

@@ -31,8 +31,10 @@ What is printed, per model and output mode (all conversations and speakers toget
   hand-made pairs, paraphrases of a gold fact score 0.57-0.80 and unrelated facts of the same
   person below 0.4;
 - non-facts, among the memories written (created or updated): ``assistant`` (its best cosine
-  match among the session's turns is an assistant turn, not a user turn: the other person's
-  words stored as the user's), ``1st person`` (I, I'm, me, my, mine, we, our, us...: not in the
+  match among the session's turns is an assistant turn, not a user turn, and fewer than half of
+  its words, stemmed, are the user's in the session: the other person's words stored as the
+  user's; a fact the user told and the other speaker echoed is closer to the echo, and is
+  not counted), ``1st person`` (I, I'm, me, my, mine, we, our, us...: not in the
   third person), ``phrases`` (assistant talk: "I'm sorry", "as an AI", "let me know", "happy to
   help", "feel free", "the assistant"...), ``question`` (ends with "?"), ``echo`` (the prompt
   copied: a line starting "USER:" or "ASSISTANT:", or a heading of the prompt such as "Current
@@ -93,6 +95,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.config import Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
+from app.memory.learning.after_model import after_model  # noqa: E402
 from app.memory.learning.applier import Applied, Applier  # noqa: E402
 from app.memory.learning.decisions import Op, Operation  # noqa: E402
 from app.memory.learning.extraction import CONTEXT_TURNS  # noqa: E402
@@ -104,8 +107,9 @@ from app.memory.learning.manager import (  # noqa: E402
     build_http_client,
 )
 from app.memory.learning.prompt import Shown, build_prompt, instructions  # noqa: E402
+from app.memory.learning.shown import ShownMemories  # noqa: E402
 from app.memory.learning.turns import Role, turn  # noqa: E402
-from app.memory.learning.worker import RELATED_MEMORIES  # noqa: E402
+from app.memory.search.lexical import Analyzer  # noqa: E402
 from app.memory.service import MemoryService  # noqa: E402
 from app.memory.store.records import NewMemory  # noqa: E402
 from bench.llm_server import start_server  # noqa: E402
@@ -125,7 +129,8 @@ CHARS_PER_TOKEN = 3.0  # conservative for English (the app's own estimate is 4)
 KS = (5, 10)
 
 FIRST_PERSON = re.compile(r"(?<![\w'’])(?:I|I['’](?:m|ve|d|ll)|[Mm]e|[Mm]y|[Mm]ine|[Mm]yself"
-                          r"|[Ww]e|[Oo]ur|[Oo]urs|[Uu]s)(?![\w'’])")  # fmt: skip
+                          r"|[Ww]e|[Oo]ur|[Oo]urs|[Uu]s)(?![\w'’-])")  # fmt: skip
+"""A word of the first person; not "me-time" (a noun)."""
 ECHO = re.compile(
     r"^\s*(?:USER|ASSISTANT)\s*:|Current date and time:|Existing memories:|The new exchange"
     r"|Earlier in the conversation"
@@ -224,6 +229,9 @@ class Recorder:
         try:
             sent = json.loads(response.request.content)
             entry["messages"] = len(sent.get("messages", []))
+            users = [m for m in sent.get("messages", []) if m.get("role") == "user"]
+            if users:  # the two-step Manager's calls each send a prompt of their own
+                entry["prompt"] = str(users[-1].get("content"))[:6000]
             entry["response_format"] = "response_format" in sent
             entry["tools"] = [t["function"]["name"] for t in sent.get("tools", [])]
             if any(m.get("role") == "assistant" for m in sent.get("messages", [])):
@@ -281,6 +289,17 @@ class RunStats:
                 self.max_prompt_tokens = max(mine, value)
             else:
                 setattr(self, name, mine + value)
+
+
+ANALYZER = Analyzer()
+
+
+def _users_words(content: str, user_terms: set[str]) -> bool:
+    """Whether half or more of a memory's words (stemmed) are the user's in the session: a fact
+    the user told that the other speaker echoed ("That charity race sounds great!") is closer
+    to the echo by cosine, and is no assistant text."""
+    words = set(ANALYZER.terms(content))
+    return bool(words) and 2 * len(words & user_terms) >= len(words)
 
 
 def flags_of(content: str) -> list[str]:
@@ -341,24 +360,19 @@ class Run:
         even = -(-len(turns) // count)
         return [turns[i : i + even] for i in range(0, len(turns), even)]
 
-    async def related(self, turns: Sequence[Turn]) -> tuple[list[Shown], dict[int, str]]:
-        """What the worker shows: the user's memories most related to the new user turns."""
-        query = " ".join(t.text for t in turns if t.role == "user")[-2000:]
-        found = await self.service.search(
-            self.user_id, query or "-", limit=RELATED_MEMORIES, min_score=0.0, background=True
-        )
-        shown = [
-            Shown(i, f.memory.content, f.memory.type, f.memory.created_at)
-            for i, f in enumerate(found, start=1)
-        ]
-        return shown, {s.alias: f.memory.id for s, f in zip(shown, found, strict=True)}
+    async def related(self, turns: Sequence[Turn], when: datetime) -> ShownMemories:
+        """What the worker shows: the user's memories most related to the new user turns (and,
+        for the two-step Manager, those most like each sentence it chooses)."""
+        book = ShownMemories(self.service, self.user_id, when)
+        await book.related([t.text for t in turns if t.role == "user"])
+        return book
 
     async def session(self, session: Session) -> dict[str, Any]:
         record: dict[str, Any] = {
             "session": session.number, "date": session.when.isoformat(), "jobs": [],
         }  # fmt: skip
         started = time.perf_counter()
-        shown, _ = await self.related(session.turns)
+        shown = (await self.related(session.turns, session.when)).shown
         whole = build_prompt(
             now=session.when, memories=shown, context=[],
             new=[turn(t.role, t.text) for t in session.turns], role_aware=True,
@@ -379,7 +393,8 @@ class Run:
 
     async def job(self, session: Session, new: list[Turn], context: list[Turn]) -> dict[str, Any]:
         stats = self.stats
-        shown, aliases = await self.related(new)
+        book = await self.related(new, session.when)
+        shown = list(book.shown)
         new_turns = [turn(t.role, t.text) for t in new]
         context_turns = [turn(t.role, t.text) for t in context]
         prompt = build_prompt(now=session.when, memories=shown, context=context_turns,
@@ -394,8 +409,9 @@ class Run:
         operations: list[Operation] = []
         try:
             operations = await self.manager.decide(
-                self.model, memories=shown, context=context_turns, new=new_turns, now=session.when
-            )
+                self.model, memories=shown, context=context_turns, new=new_turns,
+                now=session.when, lookup=book,
+            )  # fmt: skip
             job["status"] = "usable"
             stats.usable += 1
         except ManagerAnswerUnusable as exc:
@@ -409,12 +425,16 @@ class Run:
         for exchange in job["exchanges"]:
             tokens = (exchange.get("usage") or {}).get("prompt_tokens") or 0
             stats.max_prompt_tokens = max(stats.max_prompt_tokens, int(tokens))
-        grounds = Grounds.of([*context_turns, *new_turns], shown)  # as the worker does
+        # as the worker does: grounds, the rules after the model, the user's explicit requests
+        grounds = Grounds.of([*context_turns, *new_turns], book.shown, new_turns, session.when)
+        kept, dropped = after_model(with_requests(operations, new_turns, grounds), grounds)
+        stats.results["ruled"] += len(dropped)
+        job["ruled"] = [[d.operation.content, d.reason] for d in dropped]
         outcomes = await self.applier.apply(
-            self.user_id, with_requests(operations, new_turns, grounds), aliases,
-            job_id=f"eval-{uuid.uuid4().hex[:12]}", grounds=grounds,
+            self.user_id, kept, book.aliases,
+            job_id=f"eval-{uuid.uuid4().hex[:12]}", grounds=grounds, observed_at=session.when,
         )  # fmt: skip
-        job["outcomes"] = await self.checked(session, outcomes, shown)
+        job["outcomes"] = await self.checked(session, outcomes, book.shown)
         return job
 
     async def checked(
@@ -429,6 +449,7 @@ class Run:
         to_user = await self.cosines(contents, [t.text for t in user_turns])
         to_other = await self.cosines(contents, [t.text for t in other_turns])
         before = {s.alias: s.content for s in shown}
+        user_terms = set(ANALYZER.terms(" ".join(t.text for t in user_turns)))
         records = []
         index = 0
         for outcome in outcomes:
@@ -445,7 +466,8 @@ class Run:
                 flags = flags_of(operation.content or "")
                 best_user = float(to_user[index].max()) if user_turns else -1.0
                 best_other = float(to_other[index].max()) if other_turns else -1.0
-                if best_other > best_user:
+                if best_other > best_user and not _users_words(operation.content or "",
+                                                              user_terms):  # fmt: skip
                     flags.insert(0, "assistant")
                     entry["best_turn"] = other_turns[int(to_other[index].argmax())].dia_id
                 elif user_turns:
@@ -593,13 +615,18 @@ def share(part: int, whole: int) -> str:
     return f"{part / whole:.2f}" if whole else "-"
 
 
+def writes(results: Counter[str]) -> int:
+    """The NEW and UPDATE operations the applier was given (every outcome but deleted)."""
+    return sum(n for result, n in results.items() if result not in ("deleted", "ruled"))
+
+
 def report(results: dict[tuple[str, str], RunStats]) -> None:
     names = {key: f"{key[0]} {key[1]}" for key in results}
     width = max(22, *(len(n) for n in names.values()))
     print("\nManager answers (jobs: sessions, or chunks of a split session)")
     print(f"{'model mode':<{width}} {'jobs':>4} {'usable':>6} {'unusbl':>6} {'unavail':>7} "
           f"{'created':>7} {'updated':>7} {'deleted':>7} {'unchg':>5} {'dup':>4} {'ungrd':>5} "
-          f"{'failed':>6} "
+          f"{'failed':>6} {'ruled':>5} {'refused':>7} "
           f"{'s/sess p50':>10} {'max':>6} {'max prompt':>10}")  # fmt: skip
     for key, s in results.items():
         r = s.results
@@ -609,7 +636,8 @@ def report(results: dict[tuple[str, str], RunStats]) -> None:
         print(f"{names[key]:<{width}} {s.jobs:>4} {share(s.usable, s.jobs):>6} "
               f"{s.unusable:>6} {s.unavailable:>7} {r['created']:>7} {r['updated']:>7} "
               f"{r['deleted']:>7} {r['unchanged']:>5} {r['duplicate']:>4} {r['ungrounded']:>5} "
-              f"{r['failed']:>6} {p50:>10.1f} {top:>6.1f} "
+              f"{r['failed']:>6} {r['ruled']:>5} {share(r['ungrounded'], writes(r)):>7} "
+              f"{p50:>10.1f} {top:>6.1f} "
               f"{s.max_prompt_tokens:>10}")  # fmt: skip
     print(f"\nMemories: gold = the user's observations recovered at cosine >= 0.5 / 0.6 / 0.7 "
           f"(default {DEFAULT_THRESHOLD}); flags among the memories written")  # fmt: skip
@@ -678,6 +706,7 @@ async def evaluate(args: argparse.Namespace, data: list[dict[str, Any]]) -> None
                     settings = Settings(
                         upstream_base_url=server.base_url, manager_model=server.alias,
                         manager_output_mode=mode, manager_temperature=0,
+                        manager_steps=args.steps, manager_second_look=args.second_look,
                         manager_timeout_seconds=args.job_timeout,
                         manager_job_timeout_seconds=args.job_timeout,
                     )  # fmt: skip
@@ -759,6 +788,17 @@ def main() -> None:
         default=0,
         help="turns per job (0: the whole session when it fits 8k, else 30)",
     )
+    parser.add_argument(
+        "--steps",
+        choices=["auto", "one", "two"],
+        default="auto",
+        help="MEMPROXY_MANAGER_STEPS (auto: two for these small models)",
+    )
+    parser.add_argument(
+        "--second-look",
+        action="store_true",
+        help="MEMPROXY_MANAGER_SECOND_LOOK: one more call for missed facts",
+    )
     parser.add_argument("--threads", type=int, default=2, help="llama-server's threads")
     parser.add_argument(
         "--job-timeout",
@@ -779,7 +819,8 @@ def main() -> None:
         if missing := set(wanted) - {s["sample_id"] for s in data}:
             parser.error(f"no conversation {sorted(missing)} in {args.data}")
     print(f"data: {args.data} ({', '.join(s['sample_id'] for s in data)}); models "
-          f"{', '.join(args.models)}; modes {', '.join(args.modes)}; user = speaker "
+          f"{', '.join(args.models)}; modes {', '.join(args.modes)}; steps {args.steps}"
+          f"{' + second look' if args.second_look else ''}; user = speaker "
           f"{args.speaker}; sessions {args.sessions or 'all'}")  # fmt: skip
     asyncio.run(evaluate(args, data))
 

@@ -144,8 +144,8 @@ async def test_it_waits_while_a_running_server_learns_them(
             "/v1/memories", params={"type": "fact"}, headers={"X-User-Id": "ann"}
         )
         return sorted(m["content"] for m in found.json()["data"]) == [
-            "I live in Oslo",
-            "I play the cello",
+            "Lives in Oslo",
+            "Plays the cello",
         ]
 
     await until(learned)

@@ -4,17 +4,21 @@ exact wording a model chose."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
 from app.main import create_app
+from app.memory.learning.third_person import FIRST_PERSON
 from app.memory.search.embedder import TextEmbedder
+from app.memory.search.windows import day_text
 from bench.llm_server import LlamaServer
 from tests.e2e.conftest import _server, proxy_settings
 from tests.servers import serve
@@ -89,20 +93,24 @@ def has(memories: list[str], *words: str) -> bool:
     return any(all(w.lower() in m.lower() for w in words) for m in memories)
 
 
-@pytest.mark.parametrize("mode", ["json_schema", "prompted"])
+@pytest.mark.parametrize(
+    ("mode", "steps"), [("json_schema", "two"), ("json_schema", "one"), ("prompted", "two")]
+)
 def test_a_scripted_chat_is_learned_corrected_and_forgotten(
-    llm: LlamaServer, manager_llm: LlamaServer, embedder: TextEmbedder, mode: str
+    llm: LlamaServer, manager_llm: LlamaServer, embedder: TextEmbedder, mode: str, steps: str
 ) -> None:
     """One user's chats, each a new conversation, each learned before the next: two facts in
     one sentence, an explicit "remember", a correction that must replace the old fact, "forget
     that", and small talk that must change nothing. `json_schema` is what `auto` picks with
-    llama.cpp; `prompted` is JSON asked for in the instructions only. Asserted on what is
-    stored (words that must or must not be there), never on the wording a model chose.
+    llama.cpp; `prompted` is JSON asked for in the instructions only. `two` is the two-step
+    Manager (what `auto` gives the 1.5B), `one` the one-call Manager of larger models. Asserted
+    on what is stored (words that must or must not be there), never on the wording a model
+    chose.
 
     The chat model answers "Remember that my daughter Mia..." with "I'm sorry, but I can't
     assist with that", and the 1.5B then often answers no operation: the request is stored in
     the user's words all the same (`grounding.with_requests`)."""
-    with memproxy(llm, manager_llm, embedder, mode) as chat:
+    with memproxy(llm, manager_llm, embedder, mode, manager_steps=steps) as chat:
         answer = chat.say("I am vegetarian and I live in Lyon.")
         stated = chat.memories()
         assert has(stated, "vegetarian") and has(stated, "Lyon"), stated
@@ -148,3 +156,25 @@ def test_a_mode_the_server_cannot_keep_parks_the_job_with_the_answer(
         (failure,) = jobs["failures"]
         assert failure["answer"] and "tool" in failure["reason"], failure
         assert jobs["pending"] == 0 and chat.memories() == []
+
+
+def test_small_talk_a_relative_date_and_a_preference_are_written_as_a_person_would(
+    llm: LlamaServer, manager_llm: LlamaServer, embedder: TextEmbedder
+) -> None:
+    """Greetings, thanks and questions among two facts, one with "yesterday": what the two-step
+    Manager stores (`auto` with the 1.5B) is the facts, in the third person, the day written
+    out; no greeting, no first person, nothing of the small talk."""
+    with memproxy(llm, manager_llm, embedder, "json_schema") as chat:
+        chat.say("Hi there! How are you today?")
+        assert chat.memories() == []
+        chat.say("Hey! Yesterday I adopted a cat named Luna. Thanks for asking!")
+        chat.say("Haha, nice. By the way, I really love spicy Thai food. Anyway, how is the "
+                 "weather where you are?")  # fmt: skip
+        stored = chat.memories()
+        yesterday = day_text(datetime.now(UTC).date() - timedelta(days=1))
+        assert any("luna" in m.lower() and yesterday in m for m in stored), (yesterday, stored)
+        assert has(stored, "Thai"), stored
+        assert not any(FIRST_PERSON.search(m) for m in stored), stored
+        assert not any(re.match(r"\W*(?:hi|hey|hello|thanks)\b", m, re.I) for m in stored), stored
+        assert not has(stored, "weather") and not has(stored, "how are you"), stored
+        assert not has(stored, "yesterday"), stored

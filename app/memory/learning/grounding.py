@@ -22,6 +22,10 @@ Paris". A stale memory is cheaper than a lost one: "I don't eat meat any more" d
 What the user explicitly asked to remember is not left to the model: :func:`with_requests` adds
 it, in the user's words, when the answer leaves it out.
 
+A name the memory gives (a capitalised word past its first) must have been said in the chat,
+by either side, or be in the memory it updates: the 0.5B copied the instructions' made-up
+"Moved to Madrid" with "last month" said, which half the words alone let through.
+
 Words are compared as recall's lexical side indexes them (:class:`~app.memory.search.lexical.
 Analyzer`: lower-cased, stop words dropped, Snowball-stemmed), so a memory in the third person
 ("Lives in Lyon", "Works as a nurse") is grounded in "I live in Lyon", "I'm a nurse". What this
@@ -115,9 +119,25 @@ class Grounds:
         found = len(words & allowed)
         borrowed = len((words - allowed) & self.heard)
         if found >= GROUNDED_AT * len(words) and borrowed < found:
-            return None
+            unsaid = self._unsaid_names(operation.content, allowed)
+            if not unsaid:
+                return None
+            return f"it names what no one in the chat said: {', '.join(sorted(unsaid))}"
         others = ", ".join(sorted(words - allowed))
         return f"{found} of its {len(words)} words are the user's (not: {others})"
+
+    def _unsaid_names(self, content: str, allowed: frozenset[str]) -> set[str]:
+        """The names in `content` (capitalised words past its first, months and days aside)
+        that neither side of the chat said, nor the memory it updates: a small model copies the
+        instructions' made-up examples ("Moved to Madrid in May 2023", the 0.5B on LoCoMo)."""
+        names = {w for w in _NAME.findall(content) if w.lower() not in _CALENDAR}
+        return {n for n in names if not set(self.analyzer.terms(n)) <= allowed | self.heard}
+
+
+_CALENDAR = frozenset(
+    "january february march april may june july august september october november december "
+    "monday tuesday wednesday thursday friday saturday sunday".split()
+)
 
 
 def with_requests(

@@ -33,18 +33,18 @@ pydantic-ai's OpenAI-compatible providers are built on (a legacy ``httpx`` one i
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import socket
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
 import httpx2
+from pydantic import BaseModel
 from pydantic_ai import Agent, NativeOutput, PromptedOutput, ToolOutput, capture_run_messages
 from pydantic_ai.exceptions import (
     ModelHTTPError,
-    ModelRequestTimeout,
-    ModelTimeoutError,
     UnexpectedModelBehavior,
     UsageLimitExceeded,
 )
@@ -57,17 +57,22 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from app.config import Settings
-from app.errors import causes
 from app.log import mask_url
-from app.memory.learning.answer_cap import AnswerTooLarge, capped_hooks
+from app.memory.learning import staged
+from app.memory.learning.answer_cap import capped_hooks
+from app.memory.learning.budget import JobBudget
 from app.memory.learning.decisions import (
     Decisions,
     Operation,
     complete_operations,
     decisions_for,
 )
+from app.memory.learning.failures import RAW_ANSWER_CHARS, cause_of
+from app.memory.learning.failures import ManagerAnswerUnusable as ManagerAnswerUnusable
+from app.memory.learning.failures import ManagerUnavailable as ManagerUnavailable
+from app.memory.learning.model_size import Steps
 from app.memory.learning.prompt import Shown, build_prompt, instructions
-from app.proxy.tls import ssl_context, verification_failed, verification_hint
+from app.proxy.tls import ssl_context
 
 logger = logging.getLogger("memproxy.manager")
 
@@ -76,7 +81,6 @@ AUTO_ORDER: tuple[OutputMode, ...] = ("json_schema", "tool", "prompted")
 REFUSED_STATUSES = frozenset({400, 404, 405, 415, 422, 500, 501})
 """HTTP statuses by which a server may refuse an output mode (llama-cpp-python answers a
 ``json_schema`` request with a 500): ``auto`` tries the next mode."""
-RAW_ANSWER_CHARS = 4000
 
 CONNECT_TIMEOUT_SECONDS = 10.0
 
@@ -94,20 +98,6 @@ def build_http_client(
     )
 
 
-class ManagerUnavailable(Exception):
-    """The Manager's model could not be asked (unreachable, timed out, an HTTP error); the
-    message names its URL (password and query values masked) and model, never a key."""
-
-
-class ManagerAnswerUnusable(Exception):
-    """The model answered, but nothing it said fits :class:`Decisions`, through every retry and
-    mode; `answer` is its last answer as it came (cut to :data:`RAW_ANSWER_CHARS`)."""
-
-    def __init__(self, reason: str, answer: str) -> None:
-        super().__init__(reason)
-        self.answer = answer
-
-
 class Manager:
     def __init__(
         self, settings: Settings, *, http_client: httpx2.AsyncClient, model: Model | None = None
@@ -119,6 +109,7 @@ class Manager:
         self._base_url = settings.manager_base_url or settings.upstream_base_url
         self._works: dict[tuple[str, str], OutputMode] = {}
         """(server, model) -> the output mode that last gave a usable answer (``auto``)."""
+        self._steps = Steps(settings, http_client, self._base_url)
 
     def where(self, request_model: str) -> str:
         """Which model at which server answers for a chat that used `request_model`."""
@@ -148,16 +139,22 @@ class Manager:
         context: Sequence[ModelMessage],
         new: Sequence[ModelMessage],
         now: datetime,
+        lookup: staged.Lookup | None = None,
     ) -> list[Operation]:
         """The operations the Manager chose about the `new` turns (the earlier `context` turns
-        and the user's related `memories` shown with them). Raises as the module says."""
+        and the user's related `memories` shown with them; the two-step Manager asks `lookup`
+        for the memories most like each sentence, else picks among `memories`). Raises as the
+        module says."""
         s = self._settings
-        prompt = build_prompt(
+        name = s.manager_model or request_model
+        two = await self._steps.two(name, ask_server=self._model is None)
+        prompt = "" if two else build_prompt(
             now=now, memories=memories, context=context, new=new, role_aware=s.role_aware
-        )
+        )  # fmt: skip
         model = self.model_for(request_model)
-        where = (self._base_url, s.manager_model or request_model)
+        where = (self._base_url, name)
         usage = RunUsage()
+        budget = JobBudget(s, usage)
         unusable: ManagerAnswerUnusable | None = None
         refused: BaseException | None = None
         try:
@@ -166,7 +163,15 @@ class Manager:
                     if usage.output_tokens >= s.manager_job_max_tokens:
                         break  # the job's budget is spent: no other mode gets a go
                     try:
-                        operations = await self._ask(model, mode, prompt, usage, len(memories))
+                        if two:
+                            operations = await staged.decide(
+                                functools.partial(self._answer, model, mode, usage, budget),
+                                lookup or staged.Listed(memories), context=context, new=new,
+                                budget=budget.spent, look_again=s.manager_second_look,
+                            )  # fmt: skip
+                        else:
+                            operations = await self._ask(model, mode, prompt, usage, budget,
+                                                         len(memories))  # fmt: skip
                     except ManagerAnswerUnusable as exc:
                         unusable = exc
                         continue
@@ -182,13 +187,13 @@ class Manager:
         except Exception as exc:
             if self._model is not None and not isinstance(exc, TimeoutError):
                 raise  # a test's stand-in: no server to name
-            cause = _cause(exc, s.manager_timeout_seconds, s.manager_job_timeout_seconds)
+            cause = cause_of(exc, s.manager_timeout_seconds, s.manager_job_timeout_seconds)
             raise ManagerUnavailable(f"{self.where(request_model)}: {cause}") from exc
         if unusable is not None:
             raise ManagerAnswerUnusable(f"{self.where(request_model)}: {unusable}",
                                         unusable.answer)  # fmt: skip
         assert refused is not None
-        cause = _cause(refused, s.manager_timeout_seconds, s.manager_job_timeout_seconds)
+        cause = cause_of(refused, s.manager_timeout_seconds, s.manager_job_timeout_seconds)
         raise ManagerUnavailable(f"{self.where(request_model)}: {cause}") from refused
 
     def _modes(self, where: tuple[str, str]) -> list[OutputMode]:
@@ -199,21 +204,49 @@ class Manager:
         return [known, *(m for m in AUTO_ORDER if m != known)] if known else list(AUTO_ORDER)
 
     async def _ask(
-        self, model: Model, mode: OutputMode, prompt: str, usage: RunUsage, shown: int
+        self,
+        model: Model,
+        mode: OutputMode,
+        prompt: str,
+        usage: RunUsage,
+        budget: JobBudget,
+        shown: int,
     ) -> list[Operation]:
-        """One mode's run (its retries included); the job's `usage` so far counts against the
-        job's token bound."""
-        s = self._settings
+        """The one-call Manager: one mode's run (its retries included)."""
         schema = decisions_for(shown)
+        try:
+            answer = await self._answer(
+                model, mode, usage, budget, schema, instructions(shape=mode != "tool"), prompt
+            )
+        except _Cut as cut:
+            if kept := complete_operations(cut.answer, schema):
+                # Small models loop (the same UPDATE again and again) until max_tokens:
+                # what came whole before the cut is the answer.
+                logger.info("%s answer cut at max_tokens: %d whole operations kept",
+                            mode, len(kept))  # fmt: skip
+                return kept
+            raise
+        assert isinstance(answer, Decisions)
+        return answer.normalized()
+
+    async def _answer(
+        self, model: Model, mode: OutputMode, usage: RunUsage, budget: JobBudget,
+        schema: type[BaseModel], instructions_text: str, prompt: str,
+    ) -> BaseModel:  # fmt: skip
+        """One call of the model in `mode` (its retries included), answered as `schema`; the
+        job's `usage` so far counts against the job's token bound. Raises
+        :class:`ManagerAnswerUnusable` (:class:`_Cut` when the answer stopped at max_tokens)."""
+        s = self._settings
+        name = schema.__name__
         output: Any = {
-            "json_schema": NativeOutput(schema, name="Decisions"),
+            "json_schema": NativeOutput(schema, name=name),
             "tool": ToolOutput(schema),
-            "prompted": PromptedOutput(schema, name="Decisions"),
+            "prompted": PromptedOutput(schema, name=name),
         }[mode]
         agent = Agent(
             model,
             output_type=output,
-            instructions=instructions(shape=mode != "tool"),
+            instructions=instructions_text,
             retries=s.manager_max_retries,
             model_settings=ModelSettings(
                 temperature=s.manager_temperature,
@@ -222,25 +255,27 @@ class Manager:
             ),
         )
         limits = UsageLimits(request_limit=None, output_tokens_limit=s.manager_job_max_tokens)
+        started = time.monotonic()
         with capture_run_messages() as messages:
             try:
                 result = await agent.run(prompt, usage=usage, usage_limits=limits)
             except UnexpectedModelBehavior as exc:
-                if _cut(messages) and (kept := complete_operations(_raw(messages), schema)):
-                    # Small models loop (the same UPDATE again and again) until max_tokens:
-                    # what came whole before the cut is the answer.
-                    logger.info("%s answer cut at max_tokens: %d whole operations kept",
-                                mode, len(kept))  # fmt: skip
-                    return kept
-                raise ManagerAnswerUnusable(f"{mode}: {exc.message}", _raw(messages)) from exc
+                failure = _Cut if _cut(messages) else ManagerAnswerUnusable
+                raise failure(f"{mode}: {exc.message}", _raw(messages)) from exc
             except UsageLimitExceeded as exc:
                 raise ManagerAnswerUnusable(
                     f"{mode}: no usable answer within {s.manager_job_max_tokens} output tokens "
                     "(MEMPROXY_MANAGER_JOB_MAX_TOKENS)",
                     _raw(messages),
                 ) from exc
-        decisions: Decisions = result.output
-        return decisions.normalized()
+            finally:
+                budget.took(time.monotonic() - started)
+        output_value: BaseModel = result.output
+        return output_value
+
+
+class _Cut(ManagerAnswerUnusable):
+    """The answer stopped at max_tokens (its whole parts may still be used)."""
 
 
 def _last_answer(messages: Sequence[ModelMessage]) -> ModelResponse | None:
@@ -261,26 +296,3 @@ def _raw(messages: Sequence[ModelMessage]) -> str:
     pieces = [p.content for p in last.parts if isinstance(p, TextPart)]
     pieces += [p.args_as_json_str() for p in last.parts if isinstance(p, ToolCallPart)]
     return "\n".join(pieces)[:RAW_ANSWER_CHARS]
-
-
-def _cause(exc: BaseException, timeout: float, job_timeout: float) -> str:
-    """What went wrong, in a few words: the SDKs' own ("Connection error.") say too little."""
-    if isinstance(exc, ModelHTTPError):
-        return f"answered HTTP {exc.status_code}: {str(exc.body)[:200]}"
-    chain = causes(exc)
-    if (failed := verification_failed(exc)) is not None:
-        return verification_hint(failed)
-    if isinstance(exc, TimeoutError):  # the job's own bound (the calls' bound is theirs)
-        return f"no answer within {job_timeout:g} s (MEMPROXY_MANAGER_JOB_TIMEOUT_SECONDS)"
-    for link in chain:
-        if isinstance(link, AnswerTooLarge):
-            return str(link)
-        if isinstance(link, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(link, socket.gaierror):
-            return f"host not found ({link})"
-        timeouts = (TimeoutError, httpx2.TimeoutException, ModelTimeoutError, ModelRequestTimeout)
-        if isinstance(link, timeouts):
-            return f"no answer within {timeout:g} s (MEMPROXY_MANAGER_TIMEOUT_SECONDS)"
-    innermost = chain[-1]
-    return f"{type(innermost).__name__}: {innermost}"

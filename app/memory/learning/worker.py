@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from contextlib import suppress
 
-from pydantic_ai.messages import ModelRequest
+from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from app.config import Settings
+from app.memory.learning.after_model import after_model
 from app.memory.learning.applier import Applier, JobGone
 from app.memory.learning.decisions import Operation
 from app.memory.learning.episodes import episode_texts
@@ -36,10 +38,9 @@ from app.memory.learning.jobs import JobQueue
 from app.memory.learning.leases import Job
 from app.memory.learning.manager import Manager, ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.parking import KEPT, kept_episodes, park
-from app.memory.learning.prompt import Shown
+from app.memory.learning.shown import ShownMemories
 from app.memory.learning.turns import text_of
 from app.memory.service import MemoryService
-from app.memory.store.tables import FactType
 from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.manager")
@@ -47,7 +48,6 @@ logger = logging.getLogger("memproxy.manager")
 POLL_SECONDS = 1.0
 """How often the queue is looked at without a wake-up (jobs queued by other processes, retries
 coming due)."""
-RELATED_MEMORIES = 20
 
 
 class Worker:
@@ -200,31 +200,27 @@ class Worker:
                 _held(await self._queue.retry_later(job.id, reason, delay), job)
 
     async def _decide(self, job: Job) -> tuple[list[Operation], dict[int, str], Grounds, list[str]]:
-        """The Manager's operations, the aliases it was shown, the grounds its writes are
-        checked on, and the texts of the job's episodes (none when they are off)."""
+        """The Manager's operations as the rules leave them, the aliases it was shown, the
+        grounds its writes are checked on, and the texts of the job's episodes (none when they
+        are off)."""
         context, new = job.turns()
         context = context[-CONTEXT_TURNS:]
-        query = " ".join(text_of(t) for t in new if isinstance(t, ModelRequest))[-2000:]
-        found = await self._service.search(  # facts: episodes are the user's words, not its own
-            job.user_id, query or "-", limit=RELATED_MEMORIES, min_score=0.0,
-            types=[t.value for t in FactType], background=True, now=job.created_at,
-        )  # fmt: skip
-        shown = [
-            Shown(i, f.memory.content, f.memory.type, f.memory.observed_at)
-            for i, f in enumerate(found, start=1)
-        ]
-        aliases = {s.alias: f.memory.id for s, f in zip(shown, found, strict=True)}
+        book = ShownMemories(self._service, job.user_id, job.created_at)
+        related = await book.related([text_of(t) for t in new if isinstance(t, ModelRequest)])
         # The day the user said it, not today: "tomorrow" in a job that waited is that day's.
         operations = await self._manager.decide(
-            job.model, memories=shown, context=context, new=new, now=job.created_at
-        )
+            job.model, memories=related, context=context, new=new, now=job.created_at,
+            lookup=book,
+        )  # fmt: skip
         # Up to ~100 turns of 8,000 characters: stemming and searching them would hold the loop.
-        grounds = await asyncio.to_thread(Grounds.of, [*context, *new], shown, new, job.created_at)
-        operations = await asyncio.to_thread(with_requests, operations, new, grounds)
+        grounds = await asyncio.to_thread(
+            Grounds.of, [*context, *new], book.shown, new, job.created_at
+        )
+        operations = await asyncio.to_thread(_ruled, operations, new, grounds)
         # A job parked before wrote its episodes then (parking.py): they are not written twice.
         write = self._episodes and KEPT not in job.payload
         episodes = await asyncio.to_thread(episode_texts, context, new) if write else []
-        return operations, aliases, grounds, episodes
+        return operations, book.aliases, grounds, episodes
 
     async def _park(self, job: Job, reason: str, *, answer: str | None = None) -> bool:
         """Park the job for good, keeping its episodes (:mod:`app.memory.learning.parking`); if
@@ -237,6 +233,16 @@ class Worker:
             logger.warning("job %s: its episodes could not be kept; parked without them", job.id,
                            exc_info=True)  # fmt: skip
             return await self._queue.park(job.id, reason, answer=answer)
+
+
+def _ruled(
+    operations: list[Operation], new: Sequence[ModelMessage], grounds: Grounds
+) -> list[Operation]:
+    """What the user explicitly asked to remember, if the Manager left it out, then the rules
+    after the model (:mod:`app.memory.learning.after_model`) over all of it: a request is
+    stored in the third person too."""
+    kept, _ = after_model(with_requests(operations, new, grounds), grounds)
+    return kept
 
 
 def _held(held: bool, job: Job) -> None:

@@ -102,7 +102,7 @@ async def test_chats_keep_episodes_once_and_the_manager_never_sees_them(
     manager = Prompted()
     client = await manager_client(make_client, manager, episodes=True)
     asked = [
-        {"role": "user", "content": "Any dessert ideas?"},
+        {"role": "user", "content": "I want dessert ideas."},
         {"role": "assistant", "content": "Sure. Do you eat honey?"},
         {"role": "user", "content": "No."},
     ]
@@ -117,7 +117,7 @@ async def test_chats_keep_episodes_once_and_the_manager_never_sees_them(
         listed = await client.get("/v1/memories", params={"type": "episode"}, headers=ANN)
         return sorted(m["content"] for m in listed.json()["data"])
 
-    assert await episodes() == ["Any dessert ideas?", 'No. (answering "Do you eat honey?")']
+    assert await episodes() == ["I want dessert ideas.", 'No. (answering "Do you eat honey?")']
     response = await client.post("/v1/chat/completions", headers={**ANN, "X-Memory": "read-only"},
                                  json={"model": "m", "messages": [*asked, {"role": "assistant",
                                        "content": "ok"}, {"role": "user", "content": "I love figs"}]})  # fmt: skip
@@ -129,7 +129,9 @@ async def test_chats_keep_episodes_once_and_the_manager_never_sees_them(
     })  # fmt: skip
     assert response.status_code == 200
     await until(lambda: no_jobs(client))
-    assert len(manager.prompts) == 2 and "Any dessert ideas?" in manager.prompts[1]  # a fact
+    # a fact, as the rules wrote it ("No." was dropped as filler)
+    assert len(manager.prompts) == 2 and "1. Wants dessert ideas." in manager.prompts[1]
+    assert "2." not in manager.prompts[1].split("Existing memories", 1)[1].split("\n\n")[0]
     assert "answering" not in manager.prompts[1]
 
 

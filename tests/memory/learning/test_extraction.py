@@ -46,6 +46,19 @@ FACTS = [
     "Jazz helps me relax",
     "Our garden has apple trees",
 ]  # distinct words: the fake embedder finds no near-duplicates among them
+STORED = [
+    "Lives in Oslo",
+    "Their cat is called Tom",
+    "Works as a nurse",
+    "Sushi is their favourite food",
+    "Their sister Eva studies law",
+    "Runs marathons",
+    "They drive a green Volvo",
+    "Speaks Portuguese",
+    "Jazz helps them relax",
+    "Their garden has apple trees",
+]
+"""FACTS as stored: the Manager here copies them, the rules write them in the third person."""
 
 
 @pytest.mark.parametrize("text", [
@@ -101,11 +114,11 @@ async def test_a_ten_turn_chat_creates_each_memory_once(
         )
         assert response.status_code == 200
         conversation.append({"role": "assistant", "content": "Noted."})
-    expected = sorted(FACTS)
+    expected = sorted(STORED)
     await until(lambda: equals(memories(client), expected))
     await until(lambda: no_jobs(client))
     shown = [line for call in manager.seen for line in call]
-    assert sorted(shown) == expected  # every user turn reached the Manager exactly once
+    assert sorted(shown) == sorted(FACTS)  # every user turn reached the Manager exactly once
     assert await memories(client) == expected
 
 
@@ -185,7 +198,7 @@ async def test_threshold_holds_routine_chats_but_not_explicit_requests(
     await client.post(
         "/v1/chat/completions", json={"model": "m", "messages": explicit}, headers=ANN
     )
-    await until(lambda: equals(memories(client), ["Please remember that my sister is Eva"]))
+    await until(lambda: equals(memories(client), ["Please remember that their sister is Eva"]))
 
 
 def test_a_long_conversation_first_seen_gives_its_last_turns_and_takes_them_all() -> None:

@@ -3,6 +3,8 @@ applier, and UPDATEs that restate a memory change nothing."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 import respx
 from pydantic_ai.messages import ModelMessage, ModelResponse
@@ -139,7 +141,7 @@ async def test_the_worker_applies_with_the_jobs_grounds(
     body = {"model": "m", "messages": [{"role": "user", "content": said}]}
     assert (await client.post("/v1/chat/completions", json=body, headers=ANN)).status_code == 200
     await until(lambda: no_jobs(client))
-    assert await memories(client) == ["Lives in Lyon", "My cat is called Tom"]
+    assert await memories(client) == ["Lives in Lyon", "Their cat is called Tom"]
     metrics = (await client.get("/metrics")).text
     assert 'memproxy_manager_operations_total{result="ungrounded"} 1.0' in metrics
 
@@ -196,3 +198,15 @@ def test_forgetting_everything_lets_any_delete_through() -> None:
     one = Grounds.of([turn("user", "Please forget that I live in Oslo.")], shown)
     assert one.refusal(Operation(op=Op.DELETE, id=1)) is not None
     assert one.refusal(Operation(op=Op.DELETE, id=2)) is None
+
+
+def test_a_name_no_one_in_the_chat_said_is_refused() -> None:
+    """The 0.5B copied the instructions' made-up "Moved to Madrid" with "last month" said: half
+    the words were the user's, the name no one's."""
+    chat = [turn("user", "I moved last month, I love it. Thanks Caroline!"),
+            turn("assistant", "Welcome to Oslo!")]  # fmt: skip
+    grounds = Grounds.of(chat, [], said_on=datetime(2023, 5, 8, tzinfo=UTC))
+    refusal = grounds.refusal(new("Moved to Madrid in May 2023"))
+    assert refusal == "it names what no one in the chat said: Madrid"
+    for said in ("Moved in April 2023", "Moved to Oslo in April 2023", "Loves it"):
+        assert grounds.refusal(new(said)) is None, said

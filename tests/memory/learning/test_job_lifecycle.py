@@ -69,7 +69,7 @@ async def test_the_job_is_written_before_the_response_completes(
     assert not chat.done()
     release.set()
     assert (await chat).status_code == 200
-    await until(lambda: equals(memories(client), ["I live in Oslo"]))
+    await until(lambda: equals(memories(client), ["Lives in Oslo"]))
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -127,7 +127,7 @@ async def test_a_failed_exchange_withdraws_its_job_and_frees_its_turns(
     await client.post(
         "/v1/chat/completions", json={"model": "m", "messages": messages}, headers=ANN
     )  # the retry
-    await until(lambda: equals(memories(client), ["I live in Oslo"]))
+    await until(lambda: equals(memories(client), ["Lives in Oslo"]))
 
 
 async def test_a_request_never_relayed_withdraws_the_job_begun_for_it(
@@ -141,7 +141,7 @@ async def test_a_request_never_relayed_withdraws_the_job_begun_for_it(
     deep: object = []
     for _ in range(300):
         deep = [deep]
-    messages = [{"role": "user", "content": "I live in Oslo, what about the fjord?"}]
+    messages = [{"role": "user", "content": "I moved to Oslo, what about the fjord?"}]
     body = {"model": "m", "messages": messages, "a": deep}
     response = await client.post("/v1/chat/completions", json=body, headers=ANN)
     assert response.status_code == 422 and not upstream_ok.called
@@ -152,7 +152,8 @@ async def test_a_request_never_relayed_withdraws_the_job_begun_for_it(
     )
     await until(
         lambda: equals(
-            memories(client), sorted([messages[0]["content"], "I live in Oslo by the fjord"])
+            memories(client),
+            sorted(["Moved to Oslo", "I live in Oslo by the fjord"]),  # the question is no fact
         )
     )
 
@@ -178,7 +179,7 @@ async def test_an_exchange_broken_by_an_unexpected_error_withdraws_its_job(
     assert sum((await services(client).jobs.counts()).values()) == 0
     monkeypatch.setattr(upstream, "open", working)
     await client.post("/v1/chat/completions", json=body, headers=ANN)
-    await until(lambda: equals(memories(client), ["I live in Oslo"]))
+    await until(lambda: equals(memories(client), ["Lives in Oslo"]))
 
 
 async def test_a_process_dying_mid_answer_leaves_a_job_applied_once(
@@ -197,12 +198,12 @@ async def test_a_process_dying_mid_answer_leaves_a_job_applied_once(
 
     manager = Remembering()
     second = await manager_client(make_client, manager, manager_lease_seconds=0.6)
-    await until(lambda: equals(memories(second), ["I live in Oslo"]))
+    await until(lambda: equals(memories(second), ["Lives in Oslo"]))
     release.set()  # the old process's answer arrives after all: its job is gone, nothing twice
     await chat
     await services(first).runner.drain(5)
     await asyncio.sleep(0.3)
-    assert manager.seen == [["I live in Oslo"]] and await memories(second) == ["I live in Oslo"]
+    assert manager.seen == [["I live in Oslo"]] and await memories(second) == ["Lives in Oslo"]
     assert sum((await services(second).jobs.counts()).values()) == 0
 
 

@@ -49,17 +49,20 @@ def allow_http_models() -> Iterator[None]:
 
 class FakeServer:
     """The Manager's model server at the HTTP edge: answers POST `url` with `answer`, records
-    the requests (an httpx2 mock transport: respx fakes httpx only)."""
+    the requests to it (an httpx2 mock transport: respx fakes httpx only) and, apart, the
+    others (the Manager asking the model's size: answered 404)."""
 
     def __init__(self, url: str, answer: dict[str, Any]) -> None:
         self.url = url
         self.answer = answer
         self.requests: list[httpx2.Request] = []
+        self.others: list[httpx2.Request] = []
 
     def handle(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
         if request.method != "POST" or str(request.url) != self.url:
+            self.others.append(request)
             return httpx2.Response(404, json={"error": f"no route {request.url}"})
+        self.requests.append(request)
         return httpx2.Response(200, json=self.answer)
 
     def client(self) -> httpx2.AsyncClient:
@@ -112,6 +115,8 @@ async def test_auto_passes_over_a_mode_the_server_refuses() -> None:
     sent: list[dict[str, Any]] = []
 
     def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.method == "GET":  # the Manager asks the model's size: none given
+            return httpx2.Response(404)
         sent.append(orjson.loads(request.content))
         if "response_format" in sent[-1]:
             return httpx2.Response(500, json={"error": {"message": "json_schema unsupported"}})

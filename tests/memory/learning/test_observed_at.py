@@ -88,7 +88,7 @@ async def test_a_chat_s_memories_are_dated_by_the_chat(
     (memory,) = [m for m in both if m["type"] != "episode"]
     (episode,) = [m for m in both if m["type"] == "episode"]
     assert episode["observed_at"] == "2024-05-01T09:30:00Z"  # the user's words: dated alike
-    assert memory["content"] == "I live in Oslo"
+    assert memory["content"] == "Lives in Oslo"  # "I live in Oslo", in the third person
     assert memory["observed_at"] == "2024-05-01T09:30:00Z"
     assert memory["created_at"][:4] != "2024" and memory["profile"] is False
     assert not await services(client).jobs.jobs("ann", limit=10)

@@ -211,7 +211,7 @@ async def test_a_quoted_forget_everything_deletes_nothing(
     body = {"model": "m", "messages": [{"role": "user", "content": ticket}]}
     assert (await client.post("/v1/chat/completions", json=body, headers=ANN)).status_code == 200
     await until(lambda: no_jobs(client))
-    assert await memories(client) == sorted([*kept, "I reply within a day"])
+    assert await memories(client) == sorted([*kept, "Replies within a day"])
 
 
 class _Memory:

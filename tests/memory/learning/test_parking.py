@@ -23,6 +23,8 @@ from tests.conftest import AppClientFactory
 from tests.memory.learning.support import ANN, Remembering, manager_client, services, until
 
 SAID = "I stopped eating meat years ago. My sister Ines lives in Porto."
+WRITTEN = "Stopped eating meat years ago. Their sister Ines lives in Porto."
+"""The fact the Manager here writes of SAID (its words), as the rules store it."""
 
 
 class Unreliable(Remembering):
@@ -114,7 +116,7 @@ async def test_a_retried_job_links_its_facts_to_the_kept_episodes_and_writes_non
     (episode,) = await _listed(client, "episode")
     await _retried(client, manager)
     (fact,) = await _listed(client, "fact")
-    assert fact["content"] == SAID and [e["id"] for e in await _listed(client, "episode")] == [
+    assert fact["content"] == WRITTEN and [e["id"] for e in await _listed(client, "episode")] == [
         episode["id"]
     ]
     async with services(client).store.sessions() as session:
@@ -158,7 +160,7 @@ async def test_a_kept_episode_deleted_meanwhile_is_not_brought_back(
     (episode,) = await _listed(client, "episode")
     assert (await client.delete(f"/v1/memories/{episode['id']}", headers=ANN)).status_code == 200
     await _retried(client, manager)
-    assert [f["content"] for f in await _listed(client, "fact")] == [SAID]
+    assert [f["content"] for f in await _listed(client, "fact")] == [WRITTEN]
     assert await _listed(client, "episode") == []
     async with services(client).store.sessions() as session:
         assert (await session.execute(select(MemoryLink))).all() == []
@@ -239,7 +241,7 @@ async def test_a_retry_keeps_the_facts_linked_meanwhile_in_a_kept_episodes_key(
     await _retried(client, manager)
     assert len((await memory.store.linked("ann", [episode["id"]]))[episode["id"]]) == 2
     stored = await memory.store.get("ann", episode["id"])
-    assert stored is not None and stored.index_text == f"{SAID} Has a cello. {SAID}"
+    assert stored is not None and stored.index_text == f"{SAID} Has a cello. {WRITTEN}"
 
 
 async def test_a_job_whose_episodes_cannot_be_kept_is_parked_all_the_same(

@@ -104,7 +104,7 @@ async def test_the_manager_marks_a_profile_fact_and_every_chat_shows_it(
     client = await manager_client(make_client, Marking())
     first = [{"role": "user", "content": "I am vegetarian"}]
     await chat(client, first)
-    await until(lambda: equals(memories(client), ["I am vegetarian"]))
+    await until(lambda: equals(memories(client), ["Is vegetarian"]))
     assert [m["profile"] for m in await listed(client)] == [True]
 
     cook = [{"role": "user", "content": "What should I cook tonight?"}]
@@ -112,12 +112,12 @@ async def test_the_manager_marks_a_profile_fact_and_every_chat_shows_it(
     assert response.headers["x-memories-injected"] == "1"
     system = _sent(upstream_ok)[0]["content"]
     assert f"{PROFILE_HEADING}\n- [" in system and system.endswith(
-        "I am vegetarian\n</memproxy-memories>"
+        "Is vegetarian\n</memproxy-memories>"
     )
 
     await chat(client, [*first, {"role": "assistant", "content": "Noted."},
                         {"role": "user", "content": "I am strictly vegetarian"}])  # fmt: skip
-    await until(lambda: equals(memories(client), ["I am strictly vegetarian"]))
+    await until(lambda: equals(memories(client), ["Is strictly vegetarian"]))
     assert [m["profile"] for m in await listed(client)] == [True]
 
 

@@ -63,7 +63,7 @@ async def test_a_job_of_a_replica_killed_mid_job_is_finished_once_by_another(
             )
             await asyncio.sleep(0.5)  # the dead process's lease still runs: nothing taken up
             assert remembering.seen == [] and await _running(queue)
-            await until(lambda: equals(memories(second), ["I live in Oslo"]), seconds=15)
+            await until(lambda: equals(memories(second), ["Lives in Oslo"]), seconds=15)
             await asyncio.sleep(0.3)
             assert remembering.seen == [["I live in Oslo"]]
             assert sum((await queue.counts()).values()) == 0
