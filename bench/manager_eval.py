@@ -427,7 +427,9 @@ class Run:
             stats.max_prompt_tokens = max(stats.max_prompt_tokens, int(tokens))
         # as the worker does: grounds, the rules after the model, the user's explicit requests
         grounds = Grounds.of([*context_turns, *new_turns], book.shown, new_turns, session.when)
-        kept, dropped = after_model(with_requests(operations, new_turns, grounds), grounds)
+        kept, dropped = after_model(operations, grounds)
+        kept, more = after_model(with_requests(kept, new_turns, grounds), grounds)
+        dropped += more
         stats.results["ruled"] += len(dropped)
         job["ruled"] = [[d.operation.content, d.reason] for d in dropped]
         outcomes = await self.applier.apply(

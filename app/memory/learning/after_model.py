@@ -29,23 +29,19 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.memory.learning.choosing import split_sentences
 from app.memory.learning.decisions import Op, Operation
 from app.memory.learning.grounding import Grounds
-from app.memory.learning.small_talk import (
-    asks,
-    idle_memory,
-    without_closing_name,
-    without_opening,
-)
+from app.memory.learning.small_talk import asks, idle_memory, without_opening
 from app.memory.learning.third_person import third_person
 
 logger = logging.getLogger("memproxy.manager")
 
 
 _PRAISE = (
-    r"(?:great|exciting|excited|significant|positive|important|wonderful|amazing|inspiring|"
-    r"motivating|rewarding|meaningful|fulfilling|valuable|awesome|fantastic|incredible|"
-    r"beautiful|lovely|special|step\s+forward|opportunity|achievement|testament|key)"
+    r"(?:great|exciting|excited|significant|positive|wonderful|amazing|inspiring|"
+    r"motivating|rewarding|meaningful|fulfilling|awesome|fantastic|incredible|lovely|"
+    r"step\s+forward|opportunity|achievement|testament)"
 )
 _COMMENT = re.compile(
     r",\s*(?:which|this|that|and\s+(?:this|that|it))\s+(?:is|was|will\s+be|has\s+been|"
@@ -64,6 +60,11 @@ _PROMPT_BITS = re.compile(
 )
 """Pieces of the two-step prompt a small model copies into a memory ("Feeling (answering)
 they're truly grateful...", the 0.5B)."""
+
+
+CUT_CHARS = 280
+"""A write this long that does not end a sentence was cut at the answer's bound (the writer's
+memories are at most 300 characters): its last, unfinished sentence goes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ def after_model(
         if why is not None:
             dropped.append(Dropped(operation, f"small talk ({why})"))
             continue
-        if (number := _restates(content, grounds)) is not None:
+        if (number := _restates(operation, content, grounds)) is not None:
             dropped.append(Dropped(operation, f"restates memory {number}"))
             continue
         kept.append(operation.model_copy(update={"content": content}))
@@ -105,10 +106,10 @@ def tidied(content: str) -> tuple[str, str | None]:
     cut, its small-talk sentences, questions and repeated sentences (a small model loops: the
     0.5B wrote one five times in a memory) left out."""
     text = third_person(without_opening(_PROMPT_BITS.sub("", content)))
-    text = without_closing_name(_COMMENT.sub("", text).strip() or text)
+    text = _COMMENT.sub("", text).strip() or text
     sentences: list[str] = []
     reasons: list[str] = []
-    for sentence in re.split(r"(?<=[.!?])\s+", text):
+    for sentence in split_sentences(text):
         # a memory states: a question was the chat's ("Is there anything I can do to help?"),
         # and one after a statement goes ("Moved to Oslo, what about the fjord?")
         if sentence.rstrip().endswith("?") and "," in sentence and not asks(sentence):
@@ -119,7 +120,8 @@ def tidied(content: str) -> tuple[str, str | None]:
             reasons.append(why)
         elif key and key not in (" ".join(s.lower().split()) for s in sentences):
             sentences.append(sentence)
-    if len(sentences) > 1 and not sentences[-1].rstrip().endswith((".", "!", "?")):
+    cut = len(content) >= CUT_CHARS and not content.rstrip().endswith((".", "!", "?", '"'))
+    if len(sentences) > 1 and cut:
         sentences.pop()  # cut where the answer's length ran out
     text = " ".join(sentences).strip().rstrip(" ,;:-\u2013\u2014").strip()
     if len(text.split()) < 2:  # "Feeling": no statement
@@ -127,9 +129,24 @@ def tidied(content: str) -> tuple[str, str | None]:
     return text[:1].upper() + text[1:], None
 
 
-def _restates(content: str, grounds: Grounds) -> int | None:
-    """The number of a shown memory that holds every word of `content`, if one does."""
+_NEGATION = re.compile(r"\b(?:not|no|never|nor|none|nothing|without)\b|n't\b", re.IGNORECASE)
+
+
+def _restates(operation: Operation, content: str, grounds: Grounds) -> int | None:
+    """The number of a memory shown that `content` only restates: every word of it (stemmed)
+    is in that memory, and both say "not" alike ("Does not eat meat" restates no "Eats meat",
+    whose words it shares: stop words hold no "not"). An UPDATE is weighed against the memory
+    it updates only: "Lives in Paris" over "Lives in Lyon" goes through beside "Lived in Paris
+    from 2010 to 2015"."""
     words = set(grounds.analyzer.terms(content))
     if not words:
         return None
-    return next((n for n, shown in grounds.shown.items() if words <= shown), None)
+    negated = _NEGATION.search(content) is not None
+    candidates = grounds.shown.items() if operation.op is Op.NEW else (
+        [(operation.id, grounds.shown[operation.id])] if operation.id in grounds.shown else []
+    )  # fmt: skip
+    texts = grounds.texts
+    for number, shown in candidates:
+        if words <= shown and negated == (_NEGATION.search(texts.get(number, "")) is not None):
+            return number
+    return None

@@ -171,13 +171,20 @@ def sentences_of(
 
 
 _SPLIT = re.compile(
-    r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bProf\.)"
+    r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bProf\.)(?<!\bInc\.)"
+    r"(?<!\bLtd\.)(?<!\bCo\.)(?<!\bJr\.)(?<!\bSr\.)(?<!\bvs\.)(?<!\be\.g\.)(?<!\bi\.e\.)"
     r"(?<=[.!?])[\"'”)]*\s+(?=[\"'“(]*[A-Z0-9])|\n+"
 )
 
 
 _CLAUSE = re.compile(r",?\s+(?:and|but|plus|also)\s+(?=(?:I|I'm|I've|I'd|I'll|my)\b)")
 _SUBJECT = re.compile(r"\b(?:I|I'm|I've|I'd|I'll)\b")
+
+
+def split_sentences(text: str) -> list[str]:
+    """`text`'s sentences, whitespace collapsed ("Dr. Smith", "St. Louis" and "Inc. in" split
+    nothing: a sentence begins with a capital or a digit)."""
+    return [s for part in _SPLIT.split(text) if (s := " ".join(part.split()))]
 
 
 def _split(text: str) -> list[str]:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
@@ -68,6 +68,8 @@ class Grounds:
     shown: dict[int, frozenset[str]]
     """The stems of each memory shown, by the number it was shown with."""
     analyzer: Analyzer
+    texts: dict[int, str] = field(default_factory=dict)
+    """The text of each memory shown, by its number."""
     erasing: bool = False
     """The user asked, in their own words, to forget everything (:func:`erases_everything`): any
     DELETE goes, as such a request names no memory's words."""
@@ -96,6 +98,7 @@ class Grounds:
             frozenset(heard) - said,
             {m.alias: frozenset(analyzer.terms(m.content)) for m in shown},
             analyzer,
+            {m.alias: m.content for m in shown},
             any(
                 erases_everything(text_of(t))
                 for t in (turns if new is None else new)

@@ -32,11 +32,10 @@ ASK_SECONDS = 5.0
 
 def billions_in_name(name: str) -> float | None:
     """The size a model's name gives, in billions of parameters ("qwen2.5:1.5b" -> 1.5)."""
-    found = _IN_NAME.findall(name)
-    if not found:
-        return None
-    experts, size = found[-1]
-    return float(size) * (int(experts) if experts else 1)
+    sizes = [
+        float(size) * (int(experts) if experts else 1) for experts, size in _IN_NAME.findall(name)
+    ]
+    return max(sizes) if sizes else None  # "Qwen3-30B-A3B": 30 in all, 3 active
 
 
 def _billions(text: str) -> float | None:
@@ -49,8 +48,8 @@ def _billions(text: str) -> float | None:
 async def billions_served(
     http: httpx2.AsyncClient, base_url: str, model: str, *, ollama: bool, key: str | None
 ) -> float | None:
-    """The size the server gives for `model`, or None when its answer gives none (an error
-    status, another shape). Raises when it could not be asked (no answer, or one too large)."""
+    """The size the server gives for `model`, or None when its answer gives none (a 4xx,
+    another shape). Raises when it could not be asked (no answer, a 5xx, one too large)."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     if ollama:
         root = base_url.rstrip("/").removesuffix("/v1")
@@ -59,6 +58,8 @@ async def billions_served(
     else:
         answer = await http.get(f"{base_url.rstrip('/')}/models", headers=headers,
                                 timeout=ASK_SECONDS)  # fmt: skip
+    if answer.status_code >= 500:  # llama.cpp answers 503 while its model loads: ask again
+        answer.raise_for_status()
     try:
         body: Any = answer.json() if answer.is_success else {}
     except ValueError:

@@ -19,13 +19,14 @@ from app.memory.learning.extraction import FIRST_PERSON
 _WORD = re.compile(r"[\w']+")
 _GREETING = re.compile(
     r"^(?:hi|hey|hello|hiya|howdy|yo|heya|greetings|good\s+(?:morning|afternoon|evening|night)"
-    r"|morning|evening|welcome\s+back|long\s+time\s+no\s+see)\b",
+    r"|(?:morning|evening)(?=\s*(?:[!,.]|$))|welcome\s+back|long\s+time\s+no\s+see)\b",
     re.IGNORECASE,
 )
 _CLOSING = re.compile(
     r"^(?:thanks|thank\s+you|thx|ty|cheers|bye|goodbye|good\s+bye|see\s+(?:you|ya)|take\s+care"
     r"|talk\s+(?:to\s+you\s+)?(?:soon|later)|catch\s+you|have\s+a\s+(?:good|great|nice|lovely)"
-    r"|bye\s+for\s+now|later|gotta\s+go|got\s+to\s+go|nice\s+(?:talking|chatting))\b",
+    r"|bye\s+for\s+now|later(?=\s*(?:[!,.]|$))|gotta\s+go|got\s+to\s+go"
+    r"|nice\s+(?:talking|chatting))\b",
     re.IGNORECASE,
 )
 FILLER = frozenset(
@@ -56,7 +57,8 @@ _ASKING = re.compile(
     r"how's|how're|where's|who's)\b",
     re.IGNORECASE,
 )
-_YOU = re.compile(r"\b(?:you|you're|you've|your|yours|yourself|u|ur)\b", re.IGNORECASE)
+_YOU = re.compile(r"^(?i:you|you're|your)\b|\b(?:you|you're|you've|your|yours|yourself|u|ur)\b")
+""""you" in lower case, or at the start: "Your Lie in April" (a title) is no "you"."""
 _ASKS_ASSISTANT = re.compile(
     r"\b(?:answer|answers|reply|replies|respond|explain|call\s+me|remember|forget|note|remind"
     r"|keep\s+(?:it|your|answers)|shorter|in\s+(?:english|french|german|spanish|bullet))\b",
@@ -148,17 +150,11 @@ _THEM = re.compile(r"\b(?:they|they're|they've|their|theirs|them|themselves)\b",
 _OPENING = re.compile(
     r"^(?:(?:hey|hi|hello|wow|oh|ooh|yeah|yes|well|so|haha+|lol|omg|aw+|ah|ok|okay|"
     r"by\s+the\s+way|btw|anyway|honestly|glad\s+you\s+asked)\b[\s,!.:;-]*)+"
-    r"(?:[A-Z][\w'-]*\s*[,!.:;-]+\s*)?",
+    r"(?:(?-i:[A-Z][\w'-]*)\s*[,!.:;-]+\s*)?",
     re.IGNORECASE,
 )
-_CLOSING_NAME = re.compile(r",\s*[A-Z][\w'-]*\s*([.!?]*)$")
 
 
 def without_opening(content: str) -> str:
     """`content` without an opening interjection or greeting and the name after it."""
     return _OPENING.sub("", content.strip()).strip() or content.strip()
-
-
-def without_closing_name(content: str) -> str:
-    """`content` without the name it ends by calling the other person ("They agree, Mel.")."""
-    return _CLOSING_NAME.sub(r"\1", content.strip()).strip()

@@ -18,9 +18,10 @@ simple things in turn, it does what it does well:
 The answers become the same :class:`~app.memory.learning.decisions.Operation`\\ s the one-call
 Manager gives, numbered as the memories were shown, and go through the same rules and applier.
 Bounds: every call counts against the job's time and output tokens; once either would run out
-(:class:`Budget`), no further batch starts and what was written so far is the answer. A batch
-whose answer does not fit is passed over once another has given operations (the user's words
-stay as episodes); a first failure fails the step, as the one-call Manager's would.
+(:class:`Budget`), no further call starts and what was written so far is the answer (sentences
+are chosen and written ten at a time, so a long job keeps its first batches). A batch whose
+answer does not fit is passed over once another has given operations (the user's words stay as
+episodes); a first failure fails the answer, as the one-call Manager's would.
 """
 
 from __future__ import annotations
@@ -92,28 +93,35 @@ async def decide(
     budget: Budget,
     look_again: bool = False,
 ) -> list[Operation]:
-    """The operations for the `new` turns, by the two steps (and the second look)."""
+    """The operations for the `new` turns, by the two steps (and the second look): the
+    sentences are chosen and written :data:`CHOOSE_BATCH` at a time, so that a job whose bounds
+    run out keeps what its first batches wrote."""
     sentences, dropped = sentences_of(context, new)
     if dropped:
         logger.debug("small talk left out by rule: %s", dict(dropped))
-    if not sentences:
-        return []
-    chosen = await _choose(ask, lookup, sentences, budget)
     operations: list[Operation] = []
-    for batch in _batches(chosen, BATCH):
-        if (why := budget()) is not None:
-            logger.info("two-step manager: %d sentence(s) left unwritten: %s",
-                        len(chosen) - chosen.index(batch[0]), why)  # fmt: skip
+    answered = False  # some call's answer was read: a later batch that fails is passed over
+    for start in range(0, len(sentences), CHOOSE_BATCH):
+        if (why := budget()) is not None and answered:
+            logger.info("two-step manager: %d sentence(s) left unread: %s",
+                        len(sentences) - start, why)  # fmt: skip
             break
+        batch = sentences[start : start + CHOOSE_BATCH]
         try:
-            answer = await ask(answer_for(batch), writing.INSTRUCTIONS, writing.prompt(batch))
+            chosen = await _choose(ask, lookup, batch)
+            answered = True
+            for part in _batches(chosen, BATCH):
+                if (why := budget()) is not None:
+                    logger.info("two-step manager: %d chosen sentence(s) left unwritten: %s",
+                                len(chosen) - chosen.index(part[0]), why)  # fmt: skip
+                    break
+                answer = await ask(answer_for(part), writing.INSTRUCTIONS, writing.prompt(part))
+                operations += operations_of(answer, part)
         except ManagerAnswerUnusable as exc:
-            if not operations:
+            if not answered or not operations:
                 raise
-            logger.info("two-step manager: a batch of %d passed over: %s", len(batch), exc)
-            continue
-        operations += operations_of(answer, batch)
-    if look_again and budget() is None:
+            logger.info("two-step manager: a batch passed over: %s", exc)
+    if look_again and sentences and budget() is None:
         try:
             operations += await second_look.missed(ask, sentences, operations)
         except ManagerAnswerUnusable as exc:  # an extra: the first look's answer stands
@@ -121,19 +129,13 @@ async def decide(
     return operations
 
 
-async def _choose(
-    ask: Ask, lookup: Lookup, sentences: list[Sentence], budget: Budget
-) -> list[Chosen]:
-    """Step (a): each sentence labelled; those that give a memory (or forget one), each with
-    the memories most like it."""
-    labels: list[str] = []
-    for batch in _batches(sentences, CHOOSE_BATCH):
-        if labels and budget() is not None:
-            break
-        answer = await ask(labels_for(len(batch)), choosing.INSTRUCTIONS, choosing.prompt(batch))
-        labels += labels_of(answer, len(batch))
+async def _choose(ask: Ask, lookup: Lookup, sentences: list[Sentence]) -> list[Chosen]:
+    """Step (a) for a batch: each sentence labelled; those that give a memory (or forget one),
+    each with the memories most like it."""
+    answer = await ask(labels_for(len(sentences)), choosing.INSTRUCTIONS,
+                       choosing.prompt(sentences))  # fmt: skip
     chosen = []
-    for sentence, said in zip(sentences, labels, strict=False):
+    for sentence, said in zip(sentences, labels_of(answer, len(sentences)), strict=True):
         label = _held_to_words(said, sentence)
         if label == "nothing":
             continue
@@ -152,9 +154,14 @@ _ABOUT_THEM = frozenset(
 
 def _held_to_words(label: str, sentence: Sentence) -> str:
     """The model's label, unless the words say otherwise (:mod:`app.memory.learning.signals`):
-    a sentence that tells of the user's life is kept, a remark about life in general is not."""
+    a sentence that tells of the user's life is kept, a remark about life in general is not,
+    and only a sentence that asks to forget deletes."""
     answering = sentence.asked is not None
-    if label not in ("forget", "instruction") and (said := said_label(sentence.text)):
+    said = said_label(sentence.text)
+    if label == "forget" and said != "forget":
+        # only the words ask to forget: "I keep forgetting to water my plants" deletes nothing
+        label = "nothing"
+    if label not in ("forget", "instruction") and said is not None:
         return said
     if label == "nothing" and tells_of_the_user(sentence.text, answering=answering):
         return label_by_words(sentence.text)

@@ -32,7 +32,10 @@ _PAST = frozenset(
     felt flew forgot found gave got grew had heard held hit hurt kept knew led learnt left let
     lost made meant met might must ought paid put quit ran read rode rose said sang sat saw
     sent set shall should sold spent spoke stood swam taught thought threw told took understood
-    used was went were woke won wore would wrote can will may
+    used was went were woke won wore would wrote can will may slept drank sank rang stung swung
+    fed fled bled bent lent dealt dreamt knelt leapt crept swept wept shot shut split spread
+    struck stuck hid bit lit fought sought bore tore swore forgave overcame shook stole froze
+    arose dove hung once
     """.split()
 )
 """Verbs that stay as they are after a dropped "I": past tenses (and those that read as one)
@@ -43,20 +46,24 @@ _ADVERBS = frozenset(
     absolutely totally truly mostly mainly currently now already even only definitely
     """.split()
 )
+_LY = r"(?!(?:re|ap|sup|multip|com|im)ply\b|rely\b|fly\b|ally\b)[a-z]{3,}ly"
+"""An adverb in -ly ("I probably will move"), not a verb that ends so ("I reply")."""
 _CONTRACTED = {
     "i'm": "is", "i've": "has", "i'll": "will", "i'd": "would", "i am": "is", "i have": "has",
     "i was": "was", "i will": "will", "i would": "would", "i had": "had",
     "i don't": "does not", "i do not": "does not", "i didn't": "did not", "i can't": "cannot",
     "i cannot": "cannot", "i won't": "will not", "i haven't": "has not", "i wasn't": "was not",
-    "i'm not": "is not", "i am not": "is not", "i do": "does",
+    "i'm not": "is not", "i am not": "is not", "i do": "does", "i couldn't": "could not",
+    "i wouldn't": "would not", "i shouldn't": "should not", "i hadn't": "had not",
 }  # fmt: skip
 _LEAD = re.compile(
     r"(?P<lead>^|(?<=[.!?;:])\s+|\s+but\s+|,\s*(?:and|but)\s+)"
     r"(?P<i>I(?:'m\s+not|\s+am\s+not|'m|'ve|'ll|'d|\s+am|\s+have|\s+was|\s+will|\s+would"
     r"|\s+had|\s+don't|\s+do\s+not|\s+didn't|\s+can't|\s+cannot|\s+won't|\s+haven't|\s+wasn't"
+    r"|\s+couldn't|\s+wouldn't|\s+shouldn't|\s+hadn't"
     r"|\s+do(?=\s+not\b|\s+\w))?)(?![\w'])"
-    r"(?P<adverb>(?:\s+(?:" + "|".join(sorted(_ADVERBS)) + r"))*)"
-    r"(?:\s+(?P<verb>[a-z]+))?",
+    r"(?P<adverb>(?:\s+(?:" + "|".join(sorted(_ADVERBS)) + r"|once|" + _LY + r"))*)"
+    r"(?:\s+(?P<verb>[a-z]+)(?![\w'’]))?",
     re.IGNORECASE,
 )
 _OTHERS = [
@@ -83,6 +90,10 @@ FIRST_PERSON = re.compile(
     re.IGNORECASE,
 )
 """A word of the first person ("us" only in lower case below: "US" is a country)."""
+_NUMBERED = frozenset(
+    "Type War Part Chapter Phase Level Class Stage Act Volume Grade Season Episode Book".split()
+)
+"""Words a roman "I" follows: "Type I diabetes", "World War I"."""
 _QUOTED = re.compile(r"(\"[^\"]*\"|“[^”]*”)")
 
 
@@ -136,8 +147,11 @@ def _same_case(replacement: str, match: re.Match[str]) -> str:
     found = match.group(0)
     before = match.string[: match.start()].rstrip()
     starts = not before or before[-1] in ".!?;:"
-    capital = starts if found[:1] == "I" and found[1:2] in ("", "'", " ") else found[:1].isupper()
-    return replacement[:1].upper() + replacement[1:] if capital else replacement
+    if not starts and found[:1].isupper():
+        numeral = before.rsplit(None, 1)[-1] in _NUMBERED
+        if found[:1] != "I" or numeral:
+            return found  # a title or a numeral: "My Little Pony", "Type I diabetes"
+    return replacement[:1].upper() + replacement[1:] if starts else replacement
 
 
 def _third(verb: str) -> str:

@@ -238,11 +238,12 @@ class Worker:
 def _ruled(
     operations: list[Operation], new: Sequence[ModelMessage], grounds: Grounds
 ) -> list[Operation]:
-    """What the user explicitly asked to remember, if the Manager left it out, then the rules
-    after the model (:mod:`app.memory.learning.after_model`) over all of it: a request is
-    stored in the third person too."""
-    kept, _ = after_model(with_requests(operations, new, grounds), grounds)
-    return kept
+    """The rules after the model (:mod:`app.memory.learning.after_model`), then what the user
+    explicitly asked to remember if what is left leaves it out, itself through the rules (a
+    request is stored in the third person too; the rules leave what they kept as it is)."""
+    kept, _ = after_model(operations, grounds)
+    final, _ = after_model(with_requests(kept, new, grounds), grounds)
+    return final
 
 
 def _held(held: bool, job: Job) -> None:

@@ -53,7 +53,7 @@ ANSWERS = [
      "They all hiked the trails in the week of 8 May 2023 - the views were amazing!"),
     ("qwen0.5b", "2023-05-18", "My friend got me into it and gave me some advice, and I was hooked right away!",
      "Their friend got them into it and gave them some advice, and was hooked right away!"),
-    ("qwen0.5b", "2023-05-24", "Last weekend, I took my family on a road trip to Jasper. Last weekend, I took my family on a road trip to Jasper. Last weekend, I took my family on a road trip to Jasper. Last weekend, I",
+    ("qwen0.5b", "2023-05-24", "Last weekend, I took my family on a road trip to Jasper. " * 5 + "Last weekend, I",
      "On the weekend of 20 May 2023, they took their family on a road trip to Jasper."),
     ("qwen0.5b", "2023-06-06", "I'm here for you, Sam", None),
     ("qwen0.5b", "2023-05-18", "I love hiking, but it's been ages since I've done it",
@@ -92,3 +92,25 @@ def test_a_write_that_only_restates_a_memory_shown_is_dropped_and_deletes_pass()
     assert [d.reason for d in dropped] == [
         "restates memory 1", "restates memory 1", "small talk (greeting)",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("written", [
+    "Lives in Portland, Oregon", "Works at Acme Inc. in Berlin", "Went to St. Louis with Dr. Smith",
+    "Has two kids. Their daughter Mia is 5", "Works at a startup, which is a key supplier for Airbus",
+    "Lived in Paris. Later moved to Berlin.", "Is a big fan of Your Lie in April",
+    "Evening runs are their favourite",
+])  # fmt: skip
+def test_what_says_more_than_the_chat_is_kept_whole(written: str) -> None:
+    """Shapes an independent review found the rules cut (a place read as a name called out, a
+    sentence split at "Inc.", a last sentence without a period, "key" read as praise)."""
+    assert tidied(written) == (written, None)
+
+
+def test_a_correction_to_not_is_no_restatement() -> None:
+    shown = [Shown(1, "Eats meat", "fact", datetime.now(UTC)),
+             Shown(2, "Lived in Paris from 2010 to 2015", "fact", datetime.now(UTC)),
+             Shown(3, "Lives in Lyon", "fact", datetime.now(UTC))]  # fmt: skip
+    operations = [Operation(op=Op.UPDATE, id=1, content="Does not eat meat"),
+                  Operation(op=Op.UPDATE, id=3, content="Lives in Paris")]  # fmt: skip
+    kept, dropped = after_model(operations, Grounds.of([], shown))
+    assert kept == operations and dropped == []

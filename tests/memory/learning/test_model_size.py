@@ -17,7 +17,8 @@ URL = "http://models.test/v1"
 @pytest.mark.parametrize(("name", "size"), [
     ("qwen1.5b", 1.5), ("qwen2.5:0.5b", 0.5), ("Qwen/Qwen2.5-7B-Instruct", 7.0),
     ("llama3.2:3b", 3.0), ("mixtral-8x7b", 56.0), ("llama-3.1-70b-instruct", 70.0),
-    ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1.5), ("gpt-4o-mini", None), ("phi3:mini", None),
+    ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1.5), ("Qwen3-30B-A3B-Instruct", 30.0),
+    ("qwen3:30b-a3b", 30.0), ("gpt-4o-mini", None), ("phi3:mini", None),
     ("gpt-3.5-turbo", None), ("m", None),
 ])  # fmt: skip
 def test_the_size_a_model_s_name_gives(name: str, size: float | None) -> None:
@@ -67,7 +68,8 @@ async def test_a_model_named_small_is_not_asked_about_and_an_unknown_one_gets_on
     assert not await steps.two("gpt-4o-mini") and not await steps.two("gpt-4o-mini")
     assert server.asked == 1  # said nothing of its size: not asked again
     missing = Server({"error": "not found"}, status=404)
-    assert not await missing.steps().two("x") and not await missing.steps().two("x")
+    once = missing.steps()
+    assert not await once.two("x") and not await once.two("x") and missing.asked == 1
 
 
 async def test_a_server_that_cannot_be_reached_is_asked_again_next_time() -> None:
@@ -76,6 +78,15 @@ async def test_a_server_that_cannot_be_reached_is_asked_again_next_time() -> Non
     assert not await steps.two("local") and not await steps.two("local")
     assert server.asked == 2
     server.answer = LLAMA_CPP
+    assert await steps.two("local")
+
+
+async def test_a_server_still_loading_its_model_is_asked_again() -> None:
+    server = Server({"error": {"message": "Loading model"}}, status=503)
+    steps = server.steps()
+    assert not await steps.two("local") and not await steps.two("local")
+    assert server.asked == 2
+    server.answer, server.status = LLAMA_CPP, 200
     assert await steps.two("local")
 
 

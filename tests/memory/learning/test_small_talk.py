@@ -30,6 +30,7 @@ def test_small_talk_never_reaches_the_model(sentence: str, why: str) -> None:
     "Did I tell you I moved to Berlin?", "Researching adoption agencies for the summer.",
     "Can you keep your answers short?", "Please answer in French.",
     "Caroline, I moved to Paris.", "Went to Oslo in 2019.", "The support group made me feel accepted.",
+    "Later I moved to Berlin.", "Morning runs keep me sane.",
 ])  # fmt: skip
 def test_what_says_anything_of_the_user_reaches_the_model(sentence: str) -> None:
     assert small_talk(sentence) is None

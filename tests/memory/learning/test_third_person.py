@@ -34,3 +34,15 @@ from app.memory.learning.third_person import third_person
 ])  # fmt: skip
 def test_first_person_is_written_in_the_third(written: str, stored: str) -> None:
     assert third_person(written) == stored
+
+
+@pytest.mark.parametrize(("written", "stored"), [
+    ("Has Type I diabetes", "Has Type I diabetes"), ("I couldn't find a job", "Could not find a job"),
+    ("I hadn't seen her", "Had not seen her"), ("I slept badly", "Slept badly"),
+    ("I probably will move", "Probably will move"), ("I once lived in Rome", "Once lived in Rome"),
+    ("Collects My Little Pony toys", "Collects My Little Pony toys"),
+    ("I reply within a day", "Replies within a day"),
+    ("Told Ana I was moving", "Told Ana they were moving"),
+])  # fmt: skip
+def test_shapes_a_review_found_are_written_right(written: str, stored: str) -> None:
+    assert third_person(written) == stored

@@ -109,11 +109,16 @@ async def test_the_words_hold_the_model_s_labels() -> None:
 
 async def test_a_correction_updates_the_memory_it_replaces_and_forget_deletes() -> None:
     model = TwoStep(
-        labels={"nurse": "correction", "skiing": "forget"},
+        labels={"nurse": "correction", "skiing": "forget", "keys": "forget"},
         replaces={"nurse": "Nurse in Oslo since 2019", "skiing": "Loves skiing downhill"},
     )
     memories = shown("Nurse in Oslo since 2019", "Plays chess", "Loves skiing downhill")
-    operations = await decide(model, memories)
+    manager = Manager(Settings(**SETTINGS), http_client=httpx2.AsyncClient(),
+                      model=FunctionModel(model))  # fmt: skip
+    said = [turn("user", "I'm a nurse in Oslo since last week."),
+            turn("assistant", "What do you do for fun?"),
+            turn("user", "Please forget that I love skiing. I keep forgetting my keys.")]  # fmt: skip
+    operations = await manager.decide("m", memories=memories, context=[], new=said, now=NOW)
     (write,) = model.prompts["write"]
     assert "(similar memories: a. Nurse in Oslo since 2019)" in write  # those like the sentence
     assert "2. [a request to forget]" in write
