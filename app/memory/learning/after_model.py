@@ -15,8 +15,8 @@ one-call and the two-step Manager.
   what a model copied of the prompt ("(answering", "[event]") goes;
 - a write that only restates a memory shown is dropped: every word of it (stemmed, stop words
   left out) is in one memory the job showed ("Likes hiking" beside "Likes hiking in the Alps"),
-  and it adds nothing; an UPDATE that would shrink the memory it rewrites to its own words so
-  goes too.
+  both say "not" alike, and it adds nothing; an UPDATE is weighed against the memory it
+  rewrites only (shrunk to its own words, it goes).
 
 Relative dates are made absolute later, from the day the turns were said
 (:mod:`app.memory.learning.planning`); the grounding check reads the rewritten text.
