@@ -133,11 +133,11 @@ class Grounds:
         """The names in `content` (capitalised words past its first, months and days aside)
         that neither side of the chat said, nor the memory it updates: a small model copies the
         instructions' made-up examples ("Moved to Madrid in May 2023", the 0.5B on LoCoMo)."""
-        names = {w for w in _NAME.findall(content) if w.lower() not in _CALENDAR}
+        names = {w for w in _NAME.findall(content) if w.lower() not in CALENDAR}
         return {n for n in names if not set(self.analyzer.terms(n)) <= allowed | self.heard}
 
 
-_CALENDAR = frozenset(
+CALENDAR = frozenset(
     "january february march april may june july august september october november december "
     "monday tuesday wednesday thursday friday saturday sunday".split()
 )

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_mod
 
 from app.memory.learning.choosing import Kind, Sentence
 from app.memory.learning.decisions import Op, Operation
+from app.memory.learning.grounding import CALENDAR
 from app.memory.learning.prompt import Shown
 from app.memory.search.lexical import Analyzer
 from app.memory.store.tables import FactType
@@ -181,7 +182,7 @@ def _of_its_sentence(memory: str, chosen: Chosen) -> bool:
     in Lyon.")."""
     said = f"{chosen.sentence.text} {chosen.sentence.asked or ''}"
     words, source = set(_ANALYZER.terms(memory)), set(_ANALYZER.terms(said))
-    names = {n.lower() for n in _NAME.findall(memory)} - _CALENDAR
+    names = {n.lower() for n in _NAME.findall(memory)} - CALENDAR
     return (
         len(memory.split()) > 1
         and 2 * len(words & source) >= len(words)
@@ -190,10 +191,6 @@ def _of_its_sentence(memory: str, chosen: Chosen) -> bool:
 
 
 _NAME = re.compile(r"(?<=\w[ ,])[A-Z][\w'-]*")
-_CALENDAR = frozenset(
-    "january february march april may june july august september october november december "
-    "monday tuesday wednesday thursday friday saturday sunday".split()
-)
 
 
 def _shown(chosen: Chosen, letter: str) -> Shown | None:
