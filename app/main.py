@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from pydantic_ai.models import Model
 
 from app import __version__, startup
-from app.api import chat, docs, health, learn, memories, models, relay, ui, users
+from app.api import chat, docs, forgetting, health, learn, memories, models, relay, ui, users
 from app.api.mcp import McpEndpoint
 from app.background import BackgroundRunner
 from app.body_guard import BodyGuard
@@ -178,6 +178,7 @@ def create_app(
     app.include_router(chat.router)
     app.include_router(models.router)
     app.include_router(learn.router)  # before memories: its last route takes the rest
+    app.include_router(forgetting.router)  # the same
     app.include_router(memories.router)
     app.include_router(users.router)
     app.include_router(ui.router)

@@ -70,6 +70,18 @@ class Metrics:
             "Routine Manager jobs dropped because the queue was full.",
             registry=self.registry,
         )
+        self.idle_jobs = Counter(
+            "memproxy_idle_jobs",
+            "Idle jobs done: the idle-time upkeep of a quiet user's memories.",
+            registry=self.registry,
+        )
+        self.memories_forgotten = Counter(
+            "memproxy_memories_forgotten",
+            "Memories forgotten over a capacity (into the archive they can be put back from), "
+            "by type.",
+            ["type"],
+            registry=self.registry,
+        )
         self.answers_unusable = Counter(
             "memproxy_manager_answers_unusable",
             "Manager answers that did not fit through the retries (their job parked as failed).",

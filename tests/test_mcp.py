@@ -144,7 +144,9 @@ async def test_recall_list_update_forget_and_stats(keyed: Stack) -> None:
 
         stats = await call(client, "memory_stats")
     assert (stats["total"], stats["by_type"], stats["pinned"]) == (1, {"preference": 1}, 0)
-    assert stats["jobs"] == {"awaiting": 0, "queued": 0, "running": 0, "failed": 0, "pending": 0}
+    assert stats["jobs"] == {
+        "awaiting": 0, "queued": 0, "running": 0, "failed": 0, "pending": 0, "idle": 0
+    }  # fmt: skip
 
 
 async def test_profile_facts_and_episodes_with_the_time_they_were_said(keyed: Stack) -> None:

@@ -220,8 +220,55 @@ async def test_an_outage_beyond_the_bound_is_a_503_with_none_of_the_answer(
         "/v1/chat/completions", json=chat(REMEMBER, stream=stream), headers=ANN
     )
     assert again.status_code == 200 and "locker 42" in again.text
-    await asyncio.sleep(0.2)  # the refused chat's late write, if any, is withdrawn meanwhile
+    await asyncio.sleep(0.2)  # the refused chat's late write, if any, is kept meanwhile
     assert await jobs_with(client, REMEMBER) == 1
+
+
+async def test_a_retry_that_finds_its_turns_taken_by_the_refused_chat_s_late_job_loses_none(
+    make_client: AppClientFactory, upstream: respx.Router, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The order that lost a turn (seen ~1 run in 6 above): the refused chat's job lands after
+    its 503, the client's retry finds the turns taken and queues nothing, then the refused
+    chat's job was withdrawn. It is kept now: the turn is in exactly one job, due."""
+    answer(upstream, stream=False)
+    client = await learning_client(make_client, job_write_timeout_seconds=0.3)
+    queue = services(client).jobs
+    enqueue, gate, calls = queue.enqueue, asyncio.Event(), []
+
+    async def slow_first(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:  # the refused chat's write: a database slower than the bound
+            await asyncio.sleep(0.6)
+        return await enqueue(*args, **kwargs)
+
+    monkeypatch.setattr(queue, "enqueue", slow_first)
+    for name in ("withdraw", "complete"):  # the refused chat's last word waits for the retry
+        original = getattr(queue, name)
+
+        async def held(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            await gate.wait()
+            return await _original(*args, **kwargs)
+
+        monkeypatch.setattr(queue, name, held)
+    refused = await client.post(
+        "/v1/chat/completions", json=chat(REMEMBER, stream=False), headers=ANN
+    )
+    assert_storage_503(refused)
+    for _ in range(100):  # its write lands late
+        if await jobs_with(client, REMEMBER) == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert await jobs_with(client, REMEMBER) == 1
+    again = await client.post(
+        "/v1/chat/completions", json=chat(REMEMBER, stream=False), headers=ANN
+    )
+    assert again.status_code == 200 and "locker 42" in again.text
+    gate.set()
+    await asyncio.sleep(0.3)
+    assert await jobs_with(client, REMEMBER) == 1
+    async with async_sessionmaker(services(client).engine)() as session:
+        (status,) = list(await session.scalars(select(ManagerJob.status)))
+    assert status == "queued"
 
 
 @pytest.mark.parametrize("memory", ["read-only", "off"])

@@ -179,7 +179,8 @@ async def forget(ctx: Context, id: Id) -> Annotated[CallToolResult, Forgotten]:
 async def memory_stats(ctx: Context) -> Annotated[CallToolResult, Stats]:
     """How much is remembered about the user: memories in all, by type, pinned, profile, times
     recalled, the oldest and newest; and the learning from chats still to do (jobs: awaiting,
-    queued, running, pending = those three, failed)."""
+    queued, running, pending = those three but idle jobs, failed, idle = the idle-time upkeep
+    waiting or running)."""
     caller = _caller(ctx)
     stats = await caller.services.store.stats(caller.user_id)
     jobs = await caller.services.jobs.progress(caller.user_id)

@@ -16,6 +16,8 @@ the HTTP API).
     memproxy memories profile --user U ID [ID ...]        (and unprofile: a standing fact)
     memproxy memories search  --user U "query" [--limit N] [--min-score S]
     memproxy memories delete  --user U ID [ID ...] | --all --yes
+    memproxy memories forget  --user U [--dry-run]        (over the capacities, least used first)
+    memproxy memories forgotten --user U [--limit N]      (and restore --user U ID: put back)
     memproxy memories move    --from A --to B             (every memory, with its history)
     memproxy memories export  --user U [--output FILE]    (JSON Lines; stdout by default)
     memproxy memories import  --user U [FILE] [--ids keep|new]   (JSON Lines; stdin by default)
@@ -48,7 +50,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from app.cli import admin, learn, memory_read, memory_write
+from app.cli import admin, forgetting, learn, memory_read, memory_write
 from app.cli.show import Command, describe
 from app.config import Settings
 from app.errors import InvalidRequest, MemproxyError
@@ -59,12 +61,16 @@ from app.memory.store.db import engine_for, upgrade
 from app.memory.store.memories import MemoryStore
 from app.proxy.identity import clean_user_id
 
-NEEDS_MODEL = {"add", "search", "import", "index"}
+NEEDS_MODEL = {"add", "search", "import", "index", "restore"}
 """The commands that embed (and `edit --content`, and `delete` of ids: what says the same as a
 fact deleted goes with it, found by meaning)."""
 
 _HANDLERS: dict[str, Callable[[Command], Awaitable[int]]] = (
-    memory_read.HANDLERS | memory_write.HANDLERS | admin.HANDLERS | learn.HANDLERS
+    memory_read.HANDLERS
+    | memory_write.HANDLERS
+    | admin.HANDLERS
+    | learn.HANDLERS
+    | forgetting.HANDLERS
 )
 
 

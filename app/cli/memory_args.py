@@ -30,7 +30,7 @@ def add_parsers(commands: Any, database: argparse.ArgumentParser) -> None:
     memories = commands.add_parser(
         "memories",
         help="list, get, stats, history, add, edit, pin, unpin, profile, unprofile, search, "
-        "delete, move, export, import",
+        "delete, forget, forgotten, restore, move, export, import",
     )
     actions = memories.add_subparsers(dest="action", required=True)
     _reading(actions, user)
@@ -95,6 +95,18 @@ def _writing(actions: Any, user: argparse.ArgumentParser, machine: argparse.Argu
     delete.add_argument("ids", nargs="*", metavar="id")
     delete.add_argument("--all", action="store_true", help="every memory of the user")
     delete.add_argument("--yes", action="store_true", help="confirm --all")
+    forget = _command(
+        actions,
+        "forget",
+        user,
+        "forget what is over the user's capacities "
+        "(MEMPROXY_MAX_FACTS, MEMPROXY_MAX_EPISODES) now, least used first",
+    )
+    forget.add_argument("--dry-run", action="store_true", help="only say what would leave, why")
+    forgotten = _command(actions, "forgotten", user, "forgotten memories, which can be put back")
+    forgotten.add_argument("--limit", type=int, default=100)
+    restore = _command(actions, "restore", user, "put a forgotten memory back (same id)")
+    restore.add_argument("id")
     move = _command(actions, "move", machine, "give all of a user's memories to another user")
     move.add_argument("--from", dest="from_user", required=True, metavar="USER")
     move.add_argument("--to", dest="to_user", required=True, metavar="USER")

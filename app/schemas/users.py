@@ -77,6 +77,9 @@ class JobPublic(BaseModel):
     """The Manager's answer when it was unusable."""
     created_at: datetime
     next_attempt_at: datetime
+    kind: Literal["chat", "history", "idle"] = "chat"
+    """Whose: a chat's, a past conversation's (``/v1/memories/learn``), or the idle-time upkeep
+    of the user's memories (forgetting over a capacity)."""
 
 
 class JobList(BaseModel):

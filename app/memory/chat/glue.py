@@ -23,8 +23,10 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
   ``MEMPROXY_JOB_WRITE_TIMEOUT_SECONDS`` from its start, not counting its waits for its turn on
   a SQLite file another writer holds (:class:`app.storage_faults.WriteBound`: the database
   answers, busy; they wait as every write does); when it is not written by then, the chat
-  answers 503 ``storage_unavailable`` with ``Retry-After`` and none of the answer (a late
-  write is withdrawn). When the response completes the reply is added and the worker woken,
+  answers 503 ``storage_unavailable`` with ``Retry-After`` and none of the answer. A write
+  that lands after that is kept, due without an answer: the client's retry, which carries the
+  same turns, may already have found them taken (withdrawing the job then would leave them
+  learned by no job). When the response completes the reply is added and the worker woken,
   and when it fails, or never starts, the job is withdrawn. A job that cannot be made for
   another reason (a bug) is logged and the chat goes on: its turns, not fingerprinted, go with
   the conversation's next exchange. ``X-Memory: read-only`` and ``off`` write no job, and never
@@ -59,6 +61,7 @@ logger = logging.getLogger("memproxy.memory")
 
 INJECTED_HEADER = "X-Memories-Injected"
 JOB: Note[asyncio.Future[str | None]] = Note("memory job")
+REFUSED: Note[bool] = Note("answered 503: its job not written in time")
 """The write of the request's Manager job, begun in `before_forward`: the job's id, or None;
 :class:`StorageUnavailable` when the database did not take it in time."""
 FIRST_PAUSE_SECONDS = 0.05
@@ -155,7 +158,11 @@ class ChatMemory:
             ctx.note(JOB, job)
 
             async def on_first_byte() -> None:
-                await _written(job, bound)
+                try:
+                    await _written(job, bound)
+                except StorageUnavailable:
+                    ctx.note(REFUSED, True)
+                    raise
 
         return Preparation(
             body=body,
@@ -185,6 +192,11 @@ class ChatMemory:
         except StorageUnavailable:
             return  # never written: the client was answered 503
         if job_id is None:
+            return
+        if ctx.noted(REFUSED):
+            # Written late, after the 503: kept (with no answer: the user saw none). The retry
+            # may have found its turns taken already; withdrawn, they would go unlearned.
+            await self._queue.complete(job_id, None, interval_seconds=self._interval)
             return
         if completion.outcome is not Outcome.COMPLETED:
             await self._queue.withdraw(job_id)  # an answer the user never saw teaches nothing

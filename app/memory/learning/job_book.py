@@ -15,6 +15,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.log import mask_urls_in
+from app.memory.learning.job_kinds import JobKind, idle, kind_of
 from app.memory.store.db import writing
 from app.memory.store.records import aware, now
 from app.memory.store.tables import JobStatus, ManagerJob
@@ -47,6 +48,8 @@ class JobSummary(NamedTuple):
     answer: str | None
     created_at: datetime
     next_attempt_at: datetime
+    kind: JobKind
+    """A chat's, a past conversation's, or an idle job (:mod:`.job_kinds`)."""
 
 
 class JobBook:
@@ -77,10 +80,17 @@ class JobBook:
         return {s.value: found.get(s.value, 0) for s in JobStatus}
 
     async def progress(self, user_id: str) -> dict[str, int]:
-        """The user's jobs by status, and ``pending``: awaiting (the chat's answer still on its
-        way), queued and running: the exchanges not yet learned from."""
+        """The user's jobs by status, ``pending``: awaiting (the chat's answer still on its
+        way), queued and running, but idle jobs: the exchanges not yet learned from; and
+        ``idle``: idle jobs queued or running (:mod:`.idle_jobs`)."""
         counts = await self.counts(user_id)
-        return counts | {"pending": sum(counts.values()) - counts[JobStatus.FAILED.value]}
+        async with self._sessions() as session:
+            upkeep = int(await session.scalar(
+                select(func.count()).where(ManagerJob.user_id == user_id, idle(),
+                                           ManagerJob.status != JobStatus.FAILED.value)
+            ) or 0)  # fmt: skip
+        pending = sum(counts.values()) - counts[JobStatus.FAILED.value] - upkeep
+        return counts | {"pending": pending, "idle": upkeep}
 
     async def failed(self, user_id: str | None = None) -> list[Parked]:
         """Parked jobs, oldest first."""
@@ -106,6 +116,7 @@ class JobBook:
                 JobSummary(
                     j.id, j.status, j.explicit, j.attempts, len(j.payload.get("new", ())),
                     _shown(j.error), j.answer, aware(j.created_at), aware(j.next_attempt_at),
+                    kind_of(j.id),
                 )
                 for j in await session.scalars(query)
             ]  # fmt: skip

@@ -22,7 +22,7 @@ Promises:
 - jobs made from past conversations (:mod:`app.memory.learning.history`, their ids beginning
   :data:`~app.memory.learning.leases.HISTORY_JOB`) are no chat's: a chat's turns never join
   one, and they neither count towards the limit nor are dropped for it (a history of thousands
-  of jobs would otherwise push every chat's out).
+  of jobs would otherwise push every chat's out); idle jobs (:mod:`.idle_jobs`) neither.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from sqlalchemy import Select, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.learning.extraction import MAX_JOB_TURNS, Exchange, for_manager
-from app.memory.learning.leases import Leases, from_history
+from app.memory.learning.idle_jobs import IdleJobs
+from app.memory.learning.job_kinds import from_history, idle
 from app.memory.learning.parking import KEPT
 from app.memory.learning.turns import dump, fingerprints_of, role_of, text_of, turn
 from app.memory.store.db import insert_for, writing
@@ -107,7 +108,7 @@ def _apart(pending: ManagerJob, job: ManagerJob) -> bool:
     return in_utc(aware(pending.created_at)).date() != in_utc(aware(job.created_at)).date()
 
 
-class JobQueue(Leases):
+class JobQueue(IdleJobs):
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
@@ -216,6 +217,7 @@ class JobQueue(Leases):
                 ManagerJob.explicit.is_(False),
                 ManagerJob.key != job.key,
                 ~from_history(),
+                ~idle(),
             ).order_by(ManagerJob.key.desc()).limit(1)
         )  # fmt: skip
         if pending is not None and _apart(pending, job):
@@ -254,7 +256,7 @@ class JobQueue(Leases):
         return Queued(job.id, await self._trim(session))
 
     async def _trim(self, session: AsyncSession) -> int:
-        chats = (ManagerJob.status == JobStatus.QUEUED.value, ~from_history())
+        chats = (ManagerJob.status == JobStatus.QUEUED.value, ~from_history(), ~idle())
         excess = int(await session.scalar(select(func.count()).where(*chats)) or 0) - self._limit
         if excess <= 0:
             return 0

@@ -24,11 +24,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage
-from sqlalchemy import ColumnElement, case, delete, func, or_, select, update
+from sqlalchemy import case, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.learning.job_book import JobBook
+from app.memory.learning.job_kinds import IDLE_JOB, idle, lane
 from app.memory.learning.turns import load
 from app.memory.store.db import writing
 from app.memory.store.records import aware, now
@@ -57,17 +58,6 @@ class Job:
     def turns(self) -> tuple[list[ModelMessage], list[ModelMessage]]:
         """The turns before the new ones (context only), and the new ones."""
         return load(self.payload["context"]), load(self.payload["new"])
-
-
-HISTORY_JOB = "learn-"
-"""How the id of a job made from a past conversation begins (:mod:`app.memory.learning.history`):
-such a job runs only when no chat's job is due (:meth:`Leases.claim`), never merges with a
-chat's, and is never dropped for the queue's limit (:mod:`app.memory.learning.jobs`)."""
-
-
-def from_history() -> ColumnElement[bool]:
-    """The condition a job was made from a past conversation (:data:`HISTORY_JOB`)."""
-    return ManagerJob.id.like(HISTORY_JOB + "%")
 
 
 def said_at(payload: dict[str, Any], queued_at: datetime) -> datetime:
@@ -213,9 +203,10 @@ class Leases(JobBook):
     async def claim(self, limit: int, *, exclude_users: set[str]) -> list[Job]:
         """Up to `limit` due jobs, each a user's oldest, of users with no job running (here or
         in another process) and not in `exclude_users`; marked running, held by this process.
-        Chats' jobs first: a past conversation's (:data:`HISTORY_JOB`) takes what they leave,
-        so learning a long history never keeps a chat waiting for more than the one job of it
-        that is running."""
+        Chats' jobs first: a past conversation's (:data:`~.job_kinds.HISTORY_JOB`) takes what
+        they leave, so learning a long history never keeps a chat waiting for more than the one
+        job of it that is running; an idle job (:data:`IDLE_JOB`) runs only while its user has
+        no other job waiting (a chat that came meanwhile is learned from first)."""
         if limit <= 0:
             return []
         stamp = self._now()
@@ -223,18 +214,24 @@ class Leases(JobBook):
             running = set(await session.scalars(
                 select(ManagerJob.user_id).where(ManagerJob.status == JobStatus.RUNNING.value)
             ))  # fmt: skip
-            history = from_history()
-            firsts = (  # each user's oldest chat job, and oldest past conversation's job
+            waiting = set(await session.scalars(
+                select(ManagerJob.user_id).distinct().where(
+                    ManagerJob.status.in_((JobStatus.QUEUED.value, JobStatus.AWAITING.value)),
+                    ~idle(),
+                )
+            ))  # fmt: skip
+            kind = lane()
+            firsts = (  # each user's oldest job of each kind
                 select(func.min(ManagerJob.key))
                 .where(ManagerJob.status == JobStatus.QUEUED.value)
-                .group_by(ManagerJob.user_id, history)
+                .group_by(ManagerJob.user_id, kind)
             )
             # A job another transaction holds (a chat appending to it) is passed over this time.
             candidates = (await session.execute(
                 select(ManagerJob.key, ManagerJob.id, ManagerJob.user_id, ManagerJob.explicit,
                        ManagerJob.next_attempt_at, ManagerJob.created_at)
                 .where(ManagerJob.key.in_(firsts))
-                .order_by(history, ManagerJob.key)
+                .order_by(kind, ManagerJob.key)
                 .with_for_update(skip_locked=True)
             )).all()  # fmt: skip
             claimed: list[Job] = []
@@ -242,6 +239,8 @@ class Leases(JobBook):
                 if len(claimed) >= limit:
                     break
                 if user_id in running or user_id in exclude_users or aware(due) > stamp:
+                    continue
+                if job_id.startswith(IDLE_JOB) and user_id in waiting:
                     continue
                 taken = await self._take(session, key)
                 if taken is not None:

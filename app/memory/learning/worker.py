@@ -28,12 +28,15 @@ from contextlib import suppress
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from app.config import Settings
+from app.memory.aging.forgetting import Capacities
 from app.memory.learning.after_model import after_model
 from app.memory.learning.applier import Applier, JobGone
 from app.memory.learning.decisions import Operation
 from app.memory.learning.episodes import episode_texts
 from app.memory.learning.extraction import CONTEXT_TURNS
 from app.memory.learning.grounding import Grounds, with_requests
+from app.memory.learning.idle import IdleWork
+from app.memory.learning.job_kinds import IDLE_JOB
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.leases import Job
 from app.memory.learning.manager import Manager, ManagerAnswerUnusable, ManagerUnavailable
@@ -68,6 +71,12 @@ class Worker:
         self._concurrency = settings.manager_concurrency
         self._attempts = settings.manager_job_attempts
         self._retry_seconds = settings.manager_retry_seconds
+        self._idle_seconds = settings.idle_seconds
+        self.idle = IdleWork(
+            queue, service, Capacities(settings.max_facts, settings.max_episodes),
+            keep_days=settings.forgotten_keep_days,
+            timeout_seconds=settings.idle_job_timeout_seconds,
+        )  # fmt: skip
         self._wakeup = asyncio.Event()
         self._running: dict[asyncio.Task[None], str] = {}
         self._loop_task: asyncio.Task[None] | None = None
@@ -108,7 +117,8 @@ class Worker:
             await self._upkeep()
 
     async def _upkeep(self) -> None:
-        """Renew this process's leases, and queue again the jobs whose leases ran out."""
+        """Renew this process's leases, queue again the jobs whose leases ran out, and queue
+        the idle jobs of users who went quiet (:mod:`app.memory.learning.idle_jobs`)."""
         with suppress(Exception):  # a failed read keeps the last offset
             await self._queue.sync_clock()
         try:
@@ -122,6 +132,12 @@ class Worker:
             logger.warning("%d manager job(s) of a process that stopped renewing them queued "
                            "again", expired)  # fmt: skip
             self._wakeup.set()
+        if self._idle_seconds > 0:
+            try:
+                if await self._queue.queue_idle(self._idle_seconds):
+                    self._wakeup.set()
+            except Exception:
+                logger.warning("could not queue the idle jobs", exc_info=True)
 
     async def _loop(self) -> None:
         while not self._stopping:
@@ -158,6 +174,9 @@ class Worker:
 
     async def _work(self, job: Job) -> None:
         try:
+            if job.id.startswith(IDLE_JOB):
+                await self._upkeep_user(job)
+                return
             operations, aliases, grounds, episodes = await self._decide(job)
             try:
                 outcomes = await self._applier.apply(
@@ -198,6 +217,20 @@ class Worker:
                 delay = self._retry_seconds * 2 ** (job.attempts - 1)
                 logger.info("job %s failed (%s); retrying in %.0f s", job.id, reason, delay)
                 _held(await self._queue.retry_later(job.id, reason, delay), job)
+
+    async def _upkeep_user(self, job: Job) -> None:
+        """An idle job (:mod:`app.memory.learning.idle`); its failures go as a Manager job's."""
+        try:
+            done = await self.idle.run(job)
+        except JobGone:
+            self._metrics.jobs_skipped.inc()
+            logger.info("idle job %s is no longer this process's: skipped", job.id)
+            return
+        self._metrics.idle_jobs.inc()
+        for memory in done.forgotten:
+            self._metrics.memories_forgotten.labels(memory.type).inc()
+        logger.info("idle job %s done: %d memories forgotten, %d forgotten ones erased",
+                    job.id, len(done.forgotten), done.purged)  # fmt: skip
 
     async def _decide(self, job: Job) -> tuple[list[Operation], dict[int, str], Grounds, list[str]]:
         """The Manager's operations as the rules leave them, the aliases it was shown, the

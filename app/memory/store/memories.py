@@ -25,6 +25,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from app.memory.store import events
+from app.memory.store.archive import Archive
 from app.memory.store.claims import IdTaken, found, own_ids, same_text
 from app.memory.store.db import writing
 from app.memory.store.links import LINK_CHUNK, Rekey, before_delete, rekey, restore
@@ -55,7 +56,7 @@ from app.memory.store.whole import WholeUser
 _CHANGEABLE = frozenset(Changes.__annotations__)
 
 
-class MemoryStore(MemoryQueries, WholeUser):
+class MemoryStore(MemoryQueries, WholeUser, Archive):
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self.sessions = async_sessionmaker(engine, expire_on_commit=False)

@@ -76,6 +76,9 @@ class MemorySource(StrEnum):
     IMPORT = "import"
     CLI = "cli"
     """``memproxy memories ...`` on the server's machine."""
+    UPKEEP = "upkeep"
+    """The idle-time work on a user's memories (:mod:`app.memory.aging`): forgetting over a
+    capacity."""
 
 
 class EventAction(StrEnum):
@@ -84,6 +87,11 @@ class EventAction(StrEnum):
     DELETED = "deleted"
     MOVED = "moved"
     """Given to another user (`memproxy memories move`, ``POST /v1/memories/move``)."""
+    FORGOTTEN = "forgotten"
+    """Left the memories for the archive (:class:`ForgottenMemory`), with the reason: it can be
+    put back from there."""
+    RESTORED = "restored"
+    """Put back from the archive, same id."""
 
 
 class Base(DeclarativeBase):
@@ -147,6 +155,37 @@ class MemoryLink(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (Index("ix_memory_links_user_episode", "user_id", "episode_id"),)
+
+
+class ForgottenMemory(Base):
+    """A memory that left the user's memories by forgetting (over a capacity), kept whole so
+    that it can be put back (same id) until the archive's keep time runs out. Never recalled,
+    never searched; erased with its user, moved with its user."""
+
+    __tablename__ = "forgotten_memories"
+
+    key: Mapped[int] = mapped_column(Key, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(36), unique=True)
+    """The id the memory had, and has again once restored."""
+    user_id: Mapped[str] = mapped_column(String(256))
+    content: Mapped[str] = mapped_column(Text)
+    type: Mapped[str] = mapped_column(String(32))
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    source: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    observed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    recall_count: Mapped[int] = mapped_column(Integer, default=0)
+    last_recalled_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    index_text: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+    links: Mapped[list[str]] = mapped_column(JSON, default=list)
+    """The ids of the memories it was linked to (episodes of a fact, facts of an episode),
+    linked again on restore where they still exist."""
+    reason: Mapped[str] = mapped_column(Text)
+    forgotten_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_forgotten_memories_user_when", "user_id", "forgotten_at"),)
 
 
 class UserState(Base):
@@ -243,3 +282,6 @@ class ManagerState(Base):
     user_id: Mapped[str] = mapped_column(String(256), primary_key=True)
     last_job_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     """When a job was last queued for the user (MEMPROXY_PROCESSING_INTERVAL counts from it)."""
+    idle_version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """The user's version (:class:`UserState`) when their idle-time work last finished: more
+    work is due once the version has moved past it (:mod:`app.memory.learning.idle_jobs`)."""

@@ -37,6 +37,7 @@ from app.memory.store.queries import own, version_of
 from app.memory.store.records import now
 from app.memory.store.tables import (
     EventAction,
+    ForgottenMemory,
     Memory,
     MemoryLink,
     MemorySource,
@@ -91,6 +92,17 @@ class Writer:
             self._linked.add((fact_id, episode_id))
             self._session.add(MemoryLink(user_id=self.user_id, fact_id=fact_id,
                                          episode_id=episode_id, created_at=now()))  # fmt: skip
+
+    def archive(self, row: ForgottenMemory) -> None:
+        """Keep a memory this unit takes out in the archive (:func:`.archive.forget`)."""
+        self._session.add(row)
+
+    def note(
+        self, memory_id: str, action: EventAction, *, before: str | None, detail: str | None
+    ) -> None:
+        """Record a change this unit made by statement (:meth:`execute`), with its event."""
+        self._changed = True
+        self._event(memory_id, action, before=before, detail=detail)
 
     def stamp(self, row: Memory) -> None:
         """Stamp `row` as written by this unit, with no event (its links changed): reread."""

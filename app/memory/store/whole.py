@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.memory.store.db import writing
 from app.memory.store.records import Moved, Removed
 from app.memory.store.tables import (
+    ForgottenMemory,
     JobStatus,
     ManagerJob,
     ManagerState,
@@ -26,14 +27,15 @@ class WholeUser:
 
     async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> Removed:
         """Erase everything kept about the user's memories, in one transaction: the memories and
-        their links and history, processed turns' fingerprints, the Manager jobs not yet applied."""
+        their links and history, processed turns' fingerprints, the Manager jobs not yet
+        applied, the forgotten memories kept to be put back."""
         async with writing(self.sessions) as session:
             w = Writer(session, user_id, actor, None)
             # The jobs first: a job being applied or parked holds its row until it commits, so
             # the memories are read after what it wrote (else its episodes would outlive this).
             await w.execute(delete(ManagerJob).where(ManagerJob.user_id == user_id))
             keys = await w.delete_matching(None)
-            for table in (MemoryEvent, ProcessedTurn):
+            for table in (MemoryEvent, ProcessedTurn, ForgottenMemory):
                 await w.execute(delete(table).where(table.user_id == user_id))
             await w.finish()
         assert w.version is not None
@@ -45,9 +47,9 @@ class WholeUser:
         """Give all of `from_user`'s memories to `to_user` in one transaction: same ids, their
         links, their whole history (with a ``moved`` event each, and the events of memories
         deleted before), the fingerprints of the turns they were learned from (so the
-        conversations are not learned from again), and the Manager jobs not running yet (a
-        running job finishes for `from_user`). With neither memories nor such jobs, nothing
-        changes."""
+        conversations are not learned from again), the forgotten memories kept to be put back,
+        and the Manager jobs not running yet (a running job finishes for `from_user`). With
+        neither memories nor such jobs nor forgotten memories, nothing changes."""
         if from_user == to_user:
             raise ValueError("cannot move a user's memories to the same user")
         async with writing(self.sessions) as session:
@@ -65,6 +67,11 @@ class WholeUser:
             moved_jobs = int(jobs.rowcount or 0)  # type: ignore[attr-defined]
             if keys or moved_jobs:
                 await _give_the_rest(session, from_user, to_user)
+            await session.execute(  # also when nothing else moved: only forgotten ones left
+                update(ForgottenMemory)
+                .where(ForgottenMemory.user_id == from_user)
+                .values(user_id=to_user)
+            )
             await source.finish()
             await target.finish()
         assert source.version is not None and target.version is not None

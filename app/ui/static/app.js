@@ -280,9 +280,27 @@ async function loadStats() {
     ["Newest", when(stats.newest)],
     ["Jobs pending", stats.jobs.pending],
     ["Jobs failed", stats.jobs.failed],
+    ["Idle work waiting", stats.jobs.idle],
   ];
   $("stats").replaceChildren(...rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
   await loadJobs();
+  await loadForgotten();
+}
+
+async function loadForgotten() {
+  const found = await json("GET", "/v1/memories/forgotten", { params: { limit: 100 } });
+  if (!found.data.length) return $("forgotten").replaceChildren(el("li", { class: "muted" }, "Nothing forgotten."));
+  $("forgotten").replaceChildren(...found.data.map((m) => el("li", { class: "memory forgotten" },
+    el("p", { class: "content" }, m.content),
+    el("div", { class: "meta" }, el("span", { class: "badge" }, m.type),
+       `forgotten ${when(m.forgotten_at)} · erased after ${when(m.erased_after)}`,
+       el("code", { class: "id" }, m.id)),
+    el("p", { class: "muted" }, m.reason),
+    el("button", { type: "button", onclick: guarded(async () => {
+      await json("POST", `/v1/memories/forgotten/${encodeURIComponent(m.id)}/restore`);
+      toast("Put back.");
+      await loadStats();
+    }) }, "Put back"))));
 }
 
 async function loadJobs() {
@@ -291,6 +309,8 @@ async function loadJobs() {
   if (!jobs.length) return $("jobs").replaceChildren(el("li", { class: "muted" }, "No job waiting: the Manager has learned from every chat."));
   $("jobs").replaceChildren(...jobs.map((job) => el("li", { class: `job status-${job.status}` },
     el("div", { class: "meta" }, el("span", { class: "badge" }, job.status),
+       job.kind === "idle" ? el("span", { class: "badge" }, "idle upkeep") : null,
+       job.kind === "history" ? el("span", { class: "badge" }, "past chats") : null,
        job.explicit ? el("span", { class: "badge" }, "asked to remember") : null,
        `${job.messages} messages · queued ${when(job.created_at)} · ${plural(job.attempts, "attempt")}`,
        el("code", { class: "id" }, job.id)),

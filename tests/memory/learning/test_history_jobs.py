@@ -19,8 +19,8 @@ from app.memory.learning.extraction import CONTEXT_TURNS, exchange
 from app.memory.learning.history.plan import JOB_TURNS, fingerprints, plan
 from app.memory.learning.history.queue import HistoryQueue, run_id
 from app.memory.learning.history.read import read_export
+from app.memory.learning.job_kinds import HISTORY_JOB
 from app.memory.learning.jobs import JobQueue
-from app.memory.learning.leases import HISTORY_JOB
 from app.memory.learning.turns import Role, dump, fingerprints_of, load, text_of, turn
 from app.memory.store.memories import MemoryStore
 from app.memory.store.tables import ManagerJob, ProcessedTurn

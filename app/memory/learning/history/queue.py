@@ -30,8 +30,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.learning.history.export import BadExport, Conversation, Export
 from app.memory.learning.history.plan import Piece, fingerprints, plan
+from app.memory.learning.job_kinds import HISTORY_JOB
 from app.memory.learning.jobs import JobQueue
-from app.memory.learning.leases import HISTORY_JOB
 from app.memory.learning.turns import dump
 from app.memory.store.db import insert_for, writing
 from app.memory.store.records import now

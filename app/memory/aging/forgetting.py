@@ -1,0 +1,166 @@
+"""Forgetting over a capacity: when a user holds more facts than ``MEMPROXY_MAX_FACTS`` (or more
+episodes than ``MEMPROXY_MAX_EPISODES``), the least valuable (:mod:`.value`) leave until the
+count is back at the capacity, each into the archive with its reason
+(:mod:`app.memory.store.archive`), from where it can be put back with the same id until
+``MEMPROXY_FORGOTTEN_KEEP_DAYS`` have passed.
+
+Promises: pinned memories and profile memories never leave (they count towards the capacity,
+so a store of nothing else stays over it); what leaves is exactly what :meth:`Forgetting.plan`
+shows for the same memories (the dry run); every removal is a ``forgotten`` event naming its
+reason; one unit of work per run (with the idle job it consumes, when one runs it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from app.memory.aging.value import last_use, value
+from app.memory.service import MemoryService
+from app.memory.store.archive import Forgotten, Standing, forget
+from app.memory.store.records import MemoryRecord, NewMemory, Removed, now
+from app.memory.store.tables import MemorySource, MemoryType
+from app.memory.store.unit import Writer
+
+
+@dataclass(frozen=True, slots=True)
+class Capacities:
+    """Per user; 0: no capacity."""
+
+    facts: int = 0
+    episodes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Forgot:
+    """What a run took out, and the user's version it committed."""
+
+    leaving: list[Leaving]
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Leaving:
+    """A memory forgetting takes out, and why."""
+
+    key: int
+    id: str
+    type: str
+    value: float
+    reason: str
+    content: str = ""
+
+
+def choose(standing: list[Standing], capacities: Capacities, at: datetime) -> list[Leaving]:
+    """Which memories leave for the user to be back within `capacities` (least valuable first,
+    the oldest use first among equals), each with its reason; never a pinned or profile one."""
+    leaving: list[Leaving] = []
+    episodes = [m for m in standing if m.type == MemoryType.EPISODE.value]
+    facts = [m for m in standing if m.type != MemoryType.EPISODE.value]
+    for group, capacity, kind in ((facts, capacities.facts, "facts"),
+                                  (episodes, capacities.episodes, "episodes")):  # fmt: skip
+        excess = len(group) - capacity
+        if capacity <= 0 or excess <= 0:
+            continue
+        weighed = sorted(
+            ((value(m, at), m) for m in group if not m.kept),
+            key=lambda vm: (vm[0], last_use(vm[1]), vm[1].key),
+        )
+        for worth, memory in weighed[:excess]:
+            why = _reason(memory, worth, capacity, len(group), kind, at)
+            leaving.append(Leaving(memory.key, memory.id, memory.type, worth, why))
+    return leaving
+
+
+def _reason(memory: Standing, worth: float, capacity: int, held: int, kind: str,
+            at: datetime) -> str:  # fmt: skip
+    used = last_use(memory)
+    days = max(0, (at - used).days)
+    count = memory.recall_count
+    recalled = f"recalled {count} time{'s' * (count != 1)}" if count > 0 else "never recalled"
+    distilled = " (a fact holds what it said)" if memory.type == "episode" and memory.linked else ""
+    return (
+        f"over the capacity of {capacity:,} {kind} ({held:,} held): among the least used, worth "
+        f"{worth:.3f}; {recalled}, last used {used.date().isoformat()} ({days} days before)"
+        f"{distilled}"
+    )
+
+
+Within = Callable[[Writer], Awaitable[None]]
+"""Run inside the forgetting's unit of work, before it (the idle job consumed: exactly once)."""
+
+
+class Forgetting:
+    def __init__(
+        self, service: MemoryService, capacities: Capacities, *, keep_days: float = 90.0
+    ) -> None:
+        self._service = service
+        self.capacities = capacities
+        self._keep = timedelta(days=keep_days)
+
+    async def plan(self, user_id: str) -> list[Leaving]:
+        """What would leave now (the dry run), with the words of each."""
+        store = self._service.store
+        leaving = choose(await store.standing(user_id), self.capacities, now())
+        if not leaving:
+            return []
+        words = await store.contents(user_id, [m.key for m in leaving])
+        return [replace(m, content=words.get(m.key, "")) for m in leaving]
+
+    async def forget(
+        self,
+        user_id: str,
+        *,
+        actor: MemorySource = MemorySource.UPKEEP,
+        job_id: str | None = None,
+        within: Within | None = None,
+    ) -> Forgot:
+        """Take out what :meth:`plan` shows, into the archive, in one unit of work (with
+        `within`); what left. Nothing to forget still runs `within` (the job is consumed)."""
+        leaving = await self.plan(user_id)
+        store = self._service.store
+        async with store.writing(user_id, actor, job_id=job_id) as w:
+            if within is not None:
+                await within(w)
+            moved = set(await forget(w, {m.key: m.reason for m in leaving})) if leaving else set()
+        assert w.version is not None
+        if moved:
+            self._service.cache.deleted(user_id, Removed(sorted(moved), w.version))
+        return Forgot([m for m in leaving if m.key in moved], w.version)
+
+    async def purge(self, user_id: str) -> int:
+        """Erase what was forgotten longer ago than the keep time: how many."""
+        return await self._service.store.purge_forgotten(user_id, now() - self._keep)
+
+    async def forgotten(
+        self, user_id: str, *, limit: int, offset: int = 0
+    ) -> tuple[list[Forgotten], int]:
+        return await self._service.store.forgotten(user_id, limit=limit, offset=offset)
+
+    async def restore(
+        self, user_id: str, memory_id: str, *, actor: MemorySource = MemorySource.API
+    ) -> MemoryRecord | None:
+        """Put a forgotten memory back, same id, links to what still exists, written now (its
+        last use: the next run does not take it again at once); None when the archive has no
+        such memory of the user. Written before the archive row goes: a crash between leaves
+        both, and a second restore finds the memory there and only drops the row."""
+        kept = await self._service.store.forgotten_one(user_id, memory_id)
+        if kept is None:
+            return None
+        written = await self._service.add(user_id, [_back(kept, actor)])
+        await self._service.store.drop_forgotten(user_id, memory_id)
+        return written.records[0]
+
+
+def _back(kept: Forgotten, actor: MemorySource) -> NewMemory:
+    return NewMemory(
+        content=kept.content, type=MemoryType(kept.type), metadata=kept.metadata,
+        source=actor, kept_source=MemorySource(kept.source), id=kept.id,
+        created_at=kept.created_at, observed_at=kept.observed_at,
+        recall_count=kept.recall_count, last_recalled_at=kept.last_recalled_at,
+        index_text=kept.index_text,
+        linked=tuple(kept.links),
+        detail=f"put back from the forgotten memories (forgotten "
+        f"{kept.forgotten_at.date().isoformat()}: {kept.reason})",
+    )  # fmt: skip

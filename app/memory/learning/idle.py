@@ -1,0 +1,63 @@
+"""The idle job's work on one quiet user's memories (:mod:`.idle_jobs` queues it): forgetting
+over the capacities (:mod:`app.memory.aging.forgetting`), in the unit of work that consumes the
+job (exactly once), then the archive's expired rows erased; bounded by
+``MEMPROXY_IDLE_JOB_TIMEOUT_SECONDS`` (past it the job is retried, as a Manager job is)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from app.memory.aging.forgetting import Capacities, Forgetting, Leaving
+from app.memory.learning.applier import JobGone
+from app.memory.learning.jobs import JobQueue
+from app.memory.learning.leases import Job
+from app.memory.service import MemoryService
+from app.memory.store.unit import Writer
+
+logger = logging.getLogger("memproxy.idle")
+
+
+@dataclass(frozen=True, slots=True)
+class Upkept:
+    """What one idle job did."""
+
+    forgotten: list[Leaving]
+    purged: int
+    """Forgotten memories past the keep time, erased for good."""
+
+
+class IdleWork:
+    def __init__(
+        self,
+        queue: JobQueue,
+        service: MemoryService,
+        capacities: Capacities,
+        *,
+        keep_days: float,
+        timeout_seconds: float,
+    ) -> None:
+        self._queue = queue
+        self.forgetting = Forgetting(service, capacities, keep_days=keep_days)
+        self._timeout = timeout_seconds
+
+    async def run(self, job: Job) -> Upkept:
+        """Do the job's work and consume it; :class:`JobGone` when this process no longer held
+        it (nothing was written); TimeoutError past the bound (nothing was written)."""
+
+        async def consume(w: Writer) -> None:
+            if not await self._queue.consume(w, job.id):
+                raise JobGone(job.id)
+
+        async with asyncio.timeout(self._timeout):
+            forgot = await self.forgetting.forget(job.user_id, job_id=job.id, within=consume)
+        # Consumed: what follows is cleanup, done again by the next idle job if it fails here.
+        purged = 0
+        try:
+            purged = await self.forgetting.purge(job.user_id)
+            await self._queue.idle_done(job.user_id, forgot.version)
+        except Exception:
+            logger.warning("idle job %s: its cleanup failed (the next one does it)", job.id,
+                           exc_info=True)  # fmt: skip
+        return Upkept(forgot.leaving, purged)

@@ -1,0 +1,91 @@
+"""Idle jobs: the upkeep of a quiet user's memories (:mod:`app.memory.learning.idle`), queued
+as Manager jobs so that they get what those have: leases, exactly once, one job per user at a
+time across processes, retries, the page's jobs view.
+
+Promises (:meth:`IdleJobs.queue_idle`):
+
+- a user gets an idle job once they have been quiet for ``MEMPROXY_IDLE_SECONDS`` (no job of
+  theirs queued in that time), have no job waiting or running, and their memories changed
+  since their last idle job finished (:meth:`IdleJobs.idle_done`);
+- one idle job per user and version of their memories, whichever processes look at once (its
+  id says both: a second insert of it is a no-op);
+- a chat of the user that comes while the idle job waits is learned from first
+  (:meth:`~app.memory.learning.leases.Leases.claim`); idle jobs never count towards the
+  queue's limit and are never dropped for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.memory.learning.job_kinds import IDLE_JOB
+from app.memory.learning.leases import Leases
+from app.memory.store.db import insert_for, writing
+from app.memory.store.tables import JobStatus, ManagerJob, ManagerState, UserState
+
+IDLE_BATCH = 200
+"""Users given an idle job per look: the rest at the next one."""
+
+
+def idle_job_id(user_id: str, version: int) -> str:
+    """The id of the user's idle job for this version of their memories."""
+    digest = hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:12]
+    return f"{IDLE_JOB}{digest}-{version}"
+
+
+class IdleJobs(Leases):
+    async def queue_idle(self, quiet_seconds: float, *, limit: int = IDLE_BATCH) -> int:
+        """Queue an idle job for each user due one (the module docstring): how many."""
+        quiet_since = self._now() - timedelta(seconds=quiet_seconds)
+        stamp = self._now()
+        busy = select(ManagerJob.user_id).where(ManagerJob.status != JobStatus.FAILED.value)
+        due = (
+            select(UserState.user_id, UserState.version)
+            .outerjoin(ManagerState, ManagerState.user_id == UserState.user_id)
+            .where(
+                UserState.version > func.coalesce(ManagerState.idle_version, 0),
+                or_(ManagerState.last_job_at.is_(None), ManagerState.last_job_at < quiet_since),
+                UserState.user_id.not_in(busy),
+            )
+            .order_by(UserState.user_id)
+            .limit(limit)
+        )
+        async with writing(self._sessions) as session:
+            found = list(await session.execute(due))
+            if not found:
+                return 0
+            rows = [
+                {"id": idle_job_id(user_id, int(version)), "user_id": user_id, "explicit": False,
+                 "status": JobStatus.QUEUED.value, "attempts": 0, "next_attempt_at": stamp,
+                 "payload": {"model": "", "context": [], "new": [], "fingerprints": [],
+                             "version": int(version)},
+                 "created_at": stamp}
+                for user_id, version in found
+            ]  # fmt: skip
+            inserted = await session.scalars(
+                insert_for(session)(ManagerJob)
+                .values(rows)
+                .on_conflict_do_nothing(index_elements=[ManagerJob.id])
+                .returning(ManagerJob.id)
+            )
+            return len(list(inserted))
+
+    async def idle_done(self, user_id: str, version: int) -> None:
+        """The user's idle work is done as of `version` of their memories: none is due until
+        they change again."""
+        async with writing(self._sessions) as session:
+            await _set_idle_version(session, user_id, version)
+
+
+async def _set_idle_version(session: AsyncSession, user_id: str, version: int) -> None:
+    await session.execute(
+        insert_for(session)(ManagerState)
+        .values(user_id=user_id, idle_version=version)
+        .on_conflict_do_update(
+            index_elements=[ManagerState.user_id], set_={"idle_version": version}
+        )
+    )
