@@ -8,8 +8,9 @@ conversation of one sentence about them carrying a unique note (``n123``: "I lik
 n123."). The users are two halves that take turns, a round of ``--round`` chats each: while one
 half chats, the other is quiet for longer than ``MEMPROXY_IDLE_SECONDS``, so idle jobs forget over
 the capacities while chats are served. The LoCoMo user (speaker a of ``--conversation``) learns
-one session per round through ``POST /v1/memories/learn`` (dated, as bench/pipeline_eval.py
-does); its questions are asked at the end.
+its sessions spread over the rounds through ``POST /v1/memories/learn`` (dated, as
+bench/pipeline_eval.py does), under the same capacities; it never chats (nothing of it is
+recalled before its questions, asked at the end).
 
 The same workload runs twice, in one run: a control server (no idle work, no capacity), then the
 soak server. Printed:
@@ -146,12 +147,12 @@ async def soak(client: httpx.AsyncClient, run: Run, args: argparse.Namespace,
     sessions = locomo.sessions["a"]
     rounds = max(1, args.chats // args.round)
     per_round = args.chats // rounds
+    per_session = -(-len(sessions) // rounds)  # sessions a round, all of them learned
     note = 0
     started = time.perf_counter()
     for r in range(rounds):
         half = users[r % 2 :: 2]
-        if r < len(sessions):  # the LoCoMo user learns one session a round
-            s = sessions[r]
+        for s in sessions[r * per_session : (r + 1) * per_session]:  # the LoCoMo user learns
             export = dumped(owui_linear(f"{locomo.sample['sample_id']} session {s.number}",
                                         [(t.role, t.text) for t in s.turns],
                                         start=int(s.when.timestamp()), step=1))  # fmt: skip

@@ -102,6 +102,10 @@ class Forgetting:
     async def plan(self, user_id: str) -> list[Leaving]:
         """What would leave now (the dry run), with the words of each."""
         store = self._service.store
+        facts, episodes = await store.held(user_id)
+        caps = self.capacities
+        if not (0 < caps.facts < facts or 0 < caps.episodes < episodes):
+            return []  # within both: no need to weigh every memory
         leaving = choose(await store.standing(user_id), self.capacities, now())
         if not leaving:
             return []

@@ -28,6 +28,7 @@ from app.memory.store.tables import (
     ForgottenMemory,
     Memory,
     MemoryLink,
+    MemoryType,
 )
 from app.memory.store.unit import Writer
 
@@ -136,6 +137,17 @@ async def forget(w: Writer, reasons: Mapping[int, str]) -> list[int]:
 
 class Archive:
     sessions: async_sessionmaker[AsyncSession]
+
+    async def held(self, user_id: str) -> tuple[int, int]:
+        """How many facts and episodes the user holds (one count query)."""
+        episode = Memory.type == MemoryType.EPISODE.value
+        async with self.sessions() as session:
+            row = (await session.execute(
+                select(func.count(), func.count().filter(episode))
+                .where(Memory.user_id == user_id)
+            )).one()  # fmt: skip
+        total, episodes = int(row[0]), int(row[1])
+        return total - episodes, episodes
 
     async def standing(self, user_id: str) -> list[Standing]:
         """Every memory of the user, as forgetting weighs it (one read: ~100 bytes a memory)."""
