@@ -88,6 +88,6 @@ class ManagerSettings(BaseSettings):
     ones) into the forgotten memories, from where they can be put back. 0: no limit."""
     max_episodes: int = Field(default=50_000, ge=0)
     """Episodes (the user's own words) a user keeps, the same way; an episode a fact was
-    written from leaves first. 0: no limit."""
+    written from is worth half. 0: no limit."""
     forgotten_keep_days: float = Field(default=90.0, ge=0)
     """How long forgotten memories can still be put back before they are erased for good."""

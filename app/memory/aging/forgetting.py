@@ -17,9 +17,28 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from app.memory.aging.value import last_use, value
+from app.memory.search.parts import embed_for_store
 from app.memory.service import MemoryService
-from app.memory.store.archive import Forgotten, Standing, forget
-from app.memory.store.records import MemoryRecord, NewMemory, Removed, now
+from app.memory.store.archive import (
+    Forgotten,
+    Standing,
+    as_forgotten,
+    forget,
+    held,
+    relink,
+    standing,
+    take_back,
+)
+from app.memory.store.claims import IdTaken, found
+from app.memory.store.records import (
+    MemoryRecord,
+    NewMemory,
+    Removed,
+    Written,
+    new_row,
+    now,
+    record_of,
+)
 from app.memory.store.tables import MemorySource, MemoryType
 from app.memory.store.unit import Writer
 
@@ -88,7 +107,8 @@ def _reason(memory: Standing, worth: float, capacity: int, held: int, kind: str,
 
 
 Within = Callable[[Writer], Awaitable[None]]
-"""Run inside the forgetting's unit of work, before it (the idle job consumed: exactly once)."""
+"""Run inside the forgetting's unit of work: before it (the idle job consumed: exactly once),
+or after it (the idle work's version recorded, as the unit commits it)."""
 
 
 class Forgetting:
@@ -97,14 +117,16 @@ class Forgetting:
     ) -> None:
         self._service = service
         self.capacities = capacities
-        self._keep = timedelta(days=keep_days)
+        self.keep = timedelta(days=keep_days)
+
+    def _over(self, facts: int, episodes: int) -> bool:
+        caps = self.capacities
+        return 0 < caps.facts < facts or 0 < caps.episodes < episodes
 
     async def plan(self, user_id: str) -> list[Leaving]:
         """What would leave now (the dry run), with the words of each."""
         store = self._service.store
-        facts, episodes = await store.held(user_id)
-        caps = self.capacities
-        if not (0 < caps.facts < facts or 0 < caps.episodes < episodes):
+        if not self._over(*await store.held(user_id)):
             return []  # within both: no need to weigh every memory
         leaving = choose(await store.standing(user_id), self.capacities, now())
         if not leaving:
@@ -119,23 +141,33 @@ class Forgetting:
         actor: MemorySource = MemorySource.UPKEEP,
         job_id: str | None = None,
         within: Within | None = None,
+        after: Within | None = None,
     ) -> Forgot:
-        """Take out what :meth:`plan` shows, into the archive, in one unit of work (with
-        `within`); what left. Nothing to forget still runs `within` (the job is consumed)."""
-        leaving = await self.plan(user_id)
+        """Take out what is over the capacities, into the archive, in one unit of work: `within`
+        first, then the user's write lock, then the weighing (so that a memory pinned, changed
+        or forgotten meanwhile is seen as it is), the moves, and `after`. What left, as
+        :meth:`plan` would have shown it at that moment."""
         store = self._service.store
         async with store.writing(user_id, actor, job_id=job_id) as w:
             if within is not None:
                 await within(w)
-            moved = set(await forget(w, {m.key: m.reason for m in leaving})) if leaving else set()
+            await w.lock()
+            leaving: list[Leaving] = []
+            if self._over(*await held(w.execute, user_id)):
+                leaving = choose(await standing(w.execute, user_id), self.capacities, now())
+            words = await forget(w, {m.key: m.reason for m in leaving}) if leaving else {}
+            if after is not None:
+                await after(w)
         assert w.version is not None
-        if moved:
-            self._service.cache.deleted(user_id, Removed(sorted(moved), w.version))
-        return Forgot([m for m in leaving if m.key in moved], w.version)
+        if words:
+            self._service.cache.deleted(user_id, Removed(sorted(words), w.version))
+        gone = [replace(m, content=words[m.key]) for m in leaving if m.key in words]
+        return Forgot(gone, w.version)
 
-    async def purge(self, user_id: str) -> int:
-        """Erase what was forgotten longer ago than the keep time: how many."""
-        return await self._service.store.purge_forgotten(user_id, now() - self._keep)
+    async def purge(self) -> int:
+        """Erase, for every user, a batch of what was forgotten longer ago than the keep time:
+        how many (the rest at the next call)."""
+        return await self._service.store.purge_forgotten(now() - self.keep)
 
     async def forgotten(
         self, user_id: str, *, limit: int, offset: int = 0
@@ -145,16 +177,32 @@ class Forgetting:
     async def restore(
         self, user_id: str, memory_id: str, *, actor: MemorySource = MemorySource.API
     ) -> MemoryRecord | None:
-        """Put a forgotten memory back, same id, links to what still exists, written now (its
-        last use: the next run does not take it again at once); None when the archive has no
-        such memory of the user. Written before the archive row goes: a crash between leaves
-        both, and a second restore finds the memory there and only drops the row."""
-        kept = await self._service.store.forgotten_one(user_id, memory_id)
+        """Put a forgotten memory back, same id, linked again to what still exists, written now
+        (its last use: the next run does not take it again at once), in one unit of work that
+        also takes it out of the archive; None when the archive has no such memory of the
+        user. :class:`IdTaken` when a memory has its id by now (an import put it back)."""
+        service = self._service
+        kept = await service.store.forgotten_one(user_id, memory_id)
         if kept is None:
             return None
-        written = await self._service.add(user_id, [_back(kept, actor)])
-        await self._service.store.drop_forgotten(user_id, memory_id)
-        return written.records[0]
+        (embedded,) = await embed_for_store(service.embedder, [kept.index_text or kept.content])
+        async with service.store.writing(user_id, actor) as w:
+            await w.lock()
+            if await found(w, [memory_id]):  # another user's raises IdTaken here
+                raise IdTaken(memory_id)
+            row = await take_back(w, memory_id)
+            if row is None:
+                return None  # put back meanwhile
+            memory = new_row(user_id, _back(as_forgotten(row), actor), now())
+            memory.embedding, memory.embedding_model = embedded.embedding, embedded.model
+            await w.insert_new([memory], {memory.id: _detail(as_forgotten(row))})
+            links = await relink(w, memory, row.links)
+        assert w.version is not None
+        record = record_of(memory)
+        service.cache.written(
+            user_id, Written([record], w.version, [True], links), [embedded.vectors]
+        )
+        return record
 
 
 def _back(kept: Forgotten, actor: MemorySource) -> NewMemory:
@@ -164,7 +212,9 @@ def _back(kept: Forgotten, actor: MemorySource) -> NewMemory:
         created_at=kept.created_at, observed_at=kept.observed_at,
         recall_count=kept.recall_count, last_recalled_at=kept.last_recalled_at,
         index_text=kept.index_text,
-        linked=tuple(kept.links),
-        detail=f"put back from the forgotten memories (forgotten "
-        f"{kept.forgotten_at.date().isoformat()}: {kept.reason})",
     )  # fmt: skip
+
+
+def _detail(kept: Forgotten) -> str:
+    when = kept.forgotten_at.date().isoformat()
+    return f"put back from the forgotten memories (forgotten {when}: {kept.reason})"

@@ -61,9 +61,10 @@ logger = logging.getLogger("memproxy.memory")
 
 INJECTED_HEADER = "X-Memories-Injected"
 JOB: Note[asyncio.Future[str | None]] = Note("memory job")
-REFUSED: Note[bool] = Note("answered 503: its job not written in time")
 """The write of the request's Manager job, begun in `before_forward`: the job's id, or None;
 :class:`StorageUnavailable` when the database did not take it in time."""
+REFUSED: Note[bool] = Note("answered 503")
+"""The chat was answered 503: its job was not written in time (a late write is kept)."""
 FIRST_PAUSE_SECONDS = 0.05
 """The pause before a failed job write's second try; doubled each time up to
 :data:`MAX_PAUSE_SECONDS`, with jitter (replicas whose writes failed together retry apart)."""
@@ -196,7 +197,10 @@ class ChatMemory:
         if ctx.noted(REFUSED):
             # Written late, after the 503: kept (with no answer: the user saw none). The retry
             # may have found its turns taken already; withdrawn, they would go unlearned.
-            await self._queue.complete(job_id, None, interval_seconds=self._interval)
+            dropped = await self._queue.complete(job_id, None, interval_seconds=self._interval)
+            self._metrics.jobs_dropped.inc(dropped)
+            if self._worker is not None:
+                self._worker.wake()
             return
         if completion.outcome is not Outcome.COMPLETED:
             await self._queue.withdraw(job_id)  # an answer the user never saw teaches nothing
@@ -271,8 +275,8 @@ class ChatMemory:
 async def _written(job: asyncio.Future[str | None], bound: WriteBound) -> None:
     """Before the answer's first byte: returns once the job is in the database (or there is
     none to write); raises :class:`StorageUnavailable` when it is not within `bound`. A write
-    still under way goes on (never cancelled): should it land, the refused exchange withdraws
-    it (`after_response`)."""
+    still under way goes on (never cancelled): should it land, the refused exchange keeps it,
+    due without an answer (`after_response`)."""
     if not await bound.wait(job) or job.cancelled():
         logger.warning("the Manager's job was not written in time; the chat is answered 503")
         raise StorageUnavailable()

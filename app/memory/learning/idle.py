@@ -1,12 +1,13 @@
 """The idle job's work on one quiet user's memories (:mod:`.idle_jobs` queues it): forgetting
 over the capacities (:mod:`app.memory.aging.forgetting`), in the unit of work that consumes the
-job (exactly once), then the archive's expired rows erased; bounded by
-``MEMPROXY_IDLE_JOB_TIMEOUT_SECONDS`` (past it the job is retried, as a Manager job is)."""
+job (exactly once) and records the version the work was done for; bounded by
+``MEMPROXY_IDLE_JOB_TIMEOUT_SECONDS`` (past it the job is retried, as a Manager job is). The
+forgotten memories past their keep time are erased apart, every user's, now and then
+(:meth:`IdleWork.purge`)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
 
 from app.memory.aging.forgetting import Capacities, Forgetting, Leaving
@@ -16,16 +17,12 @@ from app.memory.learning.leases import Job
 from app.memory.service import MemoryService
 from app.memory.store.unit import Writer
 
-logger = logging.getLogger("memproxy.idle")
-
 
 @dataclass(frozen=True, slots=True)
 class Upkept:
     """What one idle job did."""
 
     forgotten: list[Leaving]
-    purged: int
-    """Forgotten memories past the keep time, erased for good."""
 
 
 class IdleWork:
@@ -51,13 +48,12 @@ class IdleWork:
                 raise JobGone(job.id)
 
         async with asyncio.timeout(self._timeout):
-            forgot = await self.forgetting.forget(job.user_id, job_id=job.id, within=consume)
-        # Consumed: what follows is cleanup, done again by the next idle job if it fails here.
-        purged = 0
-        try:
-            purged = await self.forgetting.purge(job.user_id)
-            await self._queue.idle_done(job.user_id, forgot.version)
-        except Exception:
-            logger.warning("idle job %s: its cleanup failed (the next one does it)", job.id,
-                           exc_info=True)  # fmt: skip
-        return Upkept(forgot.leaving, purged)
+            forgot = await self.forgetting.forget(
+                job.user_id, job_id=job.id, within=consume, after=self._queue.idle_done
+            )
+        return Upkept(forgot.leaving)
+
+    async def purge(self) -> int:
+        """Erase a batch of the forgotten memories past the keep time, every user's: how many
+        (the worker calls it now and then; the rest at the next call)."""
+        return await self.forgetting.purge()

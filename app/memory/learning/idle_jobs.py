@@ -5,8 +5,9 @@ time across processes, retries, the page's jobs view.
 Promises (:meth:`IdleJobs.queue_idle`):
 
 - a user gets an idle job once they have been quiet for ``MEMPROXY_IDLE_SECONDS`` (no job of
-  theirs queued in that time), have no job waiting or running, and their memories changed
-  since their last idle job finished (:meth:`IdleJobs.idle_done`);
+  theirs queued and no memory of theirs written in that time), have no job waiting or running
+  (nor an idle job parked as failed), hold memories, and their memories changed since their
+  last idle job finished (:meth:`IdleJobs.idle_done`);
 - one idle job per user and version of their memories, whichever processes look at once (its
   id says both: a second insert of it is a no-op);
 - a chat of the user that comes while the idle job waits is learned from first
@@ -20,12 +21,12 @@ import hashlib
 from datetime import timedelta
 
 from sqlalchemy import func, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.memory.learning.job_kinds import IDLE_JOB
+from app.memory.learning.job_kinds import IDLE_JOB, idle
 from app.memory.learning.leases import Leases
 from app.memory.store.db import insert_for, writing
-from app.memory.store.tables import JobStatus, ManagerJob, ManagerState, UserState
+from app.memory.store.tables import JobStatus, ManagerJob, ManagerState, Memory, UserState
+from app.memory.store.unit import Writer
 
 IDLE_BATCH = 200
 """Users given an idle job per look: the rest at the next one."""
@@ -42,30 +43,38 @@ class IdleJobs(Leases):
         """Queue an idle job for each user due one (the module docstring): how many."""
         quiet_since = self._now() - timedelta(seconds=quiet_seconds)
         stamp = self._now()
-        busy = select(ManagerJob.user_id).where(ManagerJob.status != JobStatus.FAILED.value)
+        busy = select(ManagerJob.user_id).where(  # a parked idle job holds its version's work
+            or_(ManagerJob.status != JobStatus.FAILED.value, idle())
+        )
+        last_write = (  # the newest memory's writing (the seq index finds it)
+            select(Memory.updated_at).where(Memory.user_id == UserState.user_id)
+            .order_by(Memory.seq.desc()).limit(1).scalar_subquery()
+        )  # fmt: skip
         due = (
             select(UserState.user_id, UserState.version)
             .outerjoin(ManagerState, ManagerState.user_id == UserState.user_id)
             .where(
                 UserState.version > func.coalesce(ManagerState.idle_version, 0),
                 or_(ManagerState.last_job_at.is_(None), ManagerState.last_job_at < quiet_since),
+                last_write < quiet_since,  # no memory at all (an erased user): NULL, not due
                 UserState.user_id.not_in(busy),
             )
             .order_by(UserState.user_id)
             .limit(limit)
         )
-        async with writing(self._sessions) as session:
+        async with self._sessions() as session:  # a plain read: most looks find no one
             found = list(await session.execute(due))
-            if not found:
-                return 0
-            rows = [
-                {"id": idle_job_id(user_id, int(version)), "user_id": user_id, "explicit": False,
-                 "status": JobStatus.QUEUED.value, "attempts": 0, "next_attempt_at": stamp,
-                 "payload": {"model": "", "context": [], "new": [], "fingerprints": [],
-                             "version": int(version)},
-                 "created_at": stamp}
-                for user_id, version in found
-            ]  # fmt: skip
+        if not found:
+            return 0
+        rows = [
+            {"id": idle_job_id(user_id, int(version)), "user_id": user_id, "explicit": False,
+             "status": JobStatus.QUEUED.value, "attempts": 0, "next_attempt_at": stamp,
+             "payload": {"model": "", "context": [], "new": [], "fingerprints": [],
+                         "version": int(version)},
+             "created_at": stamp}
+            for user_id, version in found
+        ]  # fmt: skip
+        async with writing(self._sessions) as session:
             inserted = await session.scalars(
                 insert_for(session)(ManagerJob)
                 .values(rows)
@@ -74,18 +83,11 @@ class IdleJobs(Leases):
             )
             return len(list(inserted))
 
-    async def idle_done(self, user_id: str, version: int) -> None:
-        """The user's idle work is done as of `version` of their memories: none is due until
-        they change again."""
-        async with writing(self._sessions) as session:
-            await _set_idle_version(session, user_id, version)
-
-
-async def _set_idle_version(session: AsyncSession, user_id: str, version: int) -> None:
-    await session.execute(
-        insert_for(session)(ManagerState)
-        .values(user_id=user_id, idle_version=version)
-        .on_conflict_do_update(
+    async def idle_done(self, w: Writer) -> None:
+        """In the unit `w` that consumes the user's idle job (its lock taken): their idle work
+        is done as of the version `w` commits; none is due until their memories change again."""
+        version = await w.committing()
+        statement = w.insert(ManagerState).values(user_id=w.user_id, idle_version=version)
+        await w.execute(statement.on_conflict_do_update(
             index_elements=[ManagerState.user_id], set_={"idle_version": version}
-        )
-    )
+        ))  # fmt: skip

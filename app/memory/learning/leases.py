@@ -203,10 +203,9 @@ class Leases(JobBook):
     async def claim(self, limit: int, *, exclude_users: set[str]) -> list[Job]:
         """Up to `limit` due jobs, each a user's oldest, of users with no job running (here or
         in another process) and not in `exclude_users`; marked running, held by this process.
-        Chats' jobs first: a past conversation's (:data:`~.job_kinds.HISTORY_JOB`) takes what
-        they leave, so learning a long history never keeps a chat waiting for more than the one
-        job of it that is running; an idle job (:data:`IDLE_JOB`) runs only while its user has
-        no other job waiting (a chat that came meanwhile is learned from first)."""
+        Chats' jobs first, then a past conversation's (a long history never keeps a chat waiting
+        for more than its one running job), then an idle job (:data:`IDLE_JOB`), only while
+        its user has no other job waiting (a chat that came meanwhile is learned from first)."""
         if limit <= 0:
             return []
         stamp = self._now()

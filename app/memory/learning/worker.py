@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from contextlib import suppress
 
@@ -48,6 +49,8 @@ from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.manager")
 
+PURGE_SECONDS = 600.0
+"""How often a process erases a batch of the forgotten memories past their keep time."""
 POLL_SECONDS = 1.0
 """How often the queue is looked at without a wake-up (jobs queued by other processes, retries
 coming due)."""
@@ -72,6 +75,7 @@ class Worker:
         self._attempts = settings.manager_job_attempts
         self._retry_seconds = settings.manager_retry_seconds
         self._idle_seconds = settings.idle_seconds
+        self._next_purge = 0.0
         self.idle = IdleWork(
             queue, service, Capacities(settings.max_facts, settings.max_episodes),
             keep_days=settings.forgotten_keep_days,
@@ -117,8 +121,9 @@ class Worker:
             await self._upkeep()
 
     async def _upkeep(self) -> None:
-        """Renew this process's leases, queue again the jobs whose leases ran out, and queue
-        the idle jobs of users who went quiet (:mod:`app.memory.learning.idle_jobs`)."""
+        """Renew this process's leases, queue again the jobs whose leases ran out, queue the
+        idle jobs of users who went quiet (:mod:`app.memory.learning.idle_jobs`), and now and
+        then erase the forgotten memories past their keep time."""
         with suppress(Exception):  # a failed read keeps the last offset
             await self._queue.sync_clock()
         try:
@@ -138,6 +143,14 @@ class Worker:
                     self._wakeup.set()
             except Exception:
                 logger.warning("could not queue the idle jobs", exc_info=True)
+        if time.monotonic() >= self._next_purge:
+            self._next_purge = time.monotonic() + PURGE_SECONDS
+            try:
+                if purged := await self.idle.purge():
+                    logger.info("%d forgotten memories past their keep time erased", purged)
+            except Exception:
+                logger.warning("could not erase the forgotten memories past their keep time",
+                               exc_info=True)  # fmt: skip
 
     async def _loop(self) -> None:
         while not self._stopping:
@@ -229,8 +242,7 @@ class Worker:
         self._metrics.idle_jobs.inc()
         for memory in done.forgotten:
             self._metrics.memories_forgotten.labels(memory.type).inc()
-        logger.info("idle job %s done: %d memories forgotten, %d forgotten ones erased",
-                    job.id, len(done.forgotten), done.purged)  # fmt: skip
+        logger.info("idle job %s done: %d memories forgotten", job.id, len(done.forgotten))
 
     async def _decide(self, job: Job) -> tuple[list[Operation], dict[int, str], Grounds, list[str]]:
         """The Manager's operations as the rules leave them, the aliases it was shown, the

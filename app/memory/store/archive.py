@@ -3,25 +3,25 @@ forgetting over a capacity takes out of a user's memories, kept whole so that it
 with the same id.
 
 - :func:`forget` moves memories into the archive inside a unit of work (with the unit's other
-  writes, e.g. the idle job it consumes): each gets a ``forgotten`` event with its reason, its
-  provenance links are remembered by id and removed, pinned and profile memories are never
-  taken;
-- :class:`Archive` (a part of the memory store) reads the archive, drops a row once its memory
-  is back (:meth:`Archive.drop`), and purges rows past the keep time;
-- erasing a user erases their archive, moving a user moves it (:mod:`.whole`).
+  writes, e.g. the idle job it consumes), the user's write lock taken first: each gets a
+  ``forgotten`` event with its reason, its provenance links are remembered by id and removed,
+  pinned and profile memories are never taken (also when pinned a moment before);
+- :func:`take_back` puts one back in a unit of work: the archive row goes in the transaction
+  that inserts the memory, same id, linked again to what still exists;
+- :class:`~app.memory.store.archive_book.Archive` (a part of the memory store) reads the
+  archive and erases rows past the keep time; erasing a user erases their archive, moving a
+  user moves it (:mod:`.whole`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import delete, func, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import Result, delete, func, insert, or_, select
 
-from app.memory.store.db import writing
 from app.memory.store.records import aware, now
 from app.memory.store.tables import (
     EventAction,
@@ -81,12 +81,48 @@ def _forgotten(row: ForgottenMemory) -> Forgotten:
     )  # fmt: skip
 
 
-async def forget(w: Writer, reasons: Mapping[int, str]) -> list[int]:
+Execute = Callable[[Any], Awaitable[Result[Any]]]
+"""A session's or a unit's ``execute``: the reads below run in either."""
+
+
+async def held(execute: Execute, user_id: str) -> tuple[int, int]:
+    """How many facts and episodes the user holds (one count query)."""
+    episode = Memory.type == MemoryType.EPISODE.value
+    found = await execute(
+        select(func.count(), func.count().filter(episode)).where(Memory.user_id == user_id)
+    )
+    total, episodes = cast("tuple[int, int]", tuple(found.one()))
+    return int(total) - int(episodes), int(episodes)
+
+
+async def standing(execute: Execute, user_id: str) -> list[Standing]:
+    """Every memory of the user, as forgetting weighs it (one read: ~100 bytes a memory)."""
+    links = await execute(
+        select(MemoryLink.fact_id, MemoryLink.episode_id).where(MemoryLink.user_id == user_id)
+    )
+    linked = {i for pair in cast("list[tuple[str, str]]", links.all()) for i in pair}
+    found = await execute(
+        select(Memory.key, Memory.id, Memory.type, Memory.pinned, Memory.profile,
+               Memory.created_at, Memory.updated_at, Memory.recall_count,
+               Memory.last_recalled_at)
+        .where(Memory.user_id == user_id)
+    )  # fmt: skip
+    rows = cast("list[tuple[int, str, str, bool, bool, datetime, datetime, int, Any]]",
+                found.all())  # fmt: skip
+    return [
+        Standing(key, memory_id, kind, bool(pinned or profile), memory_id in linked,
+                 aware(created), aware(updated), int(count or 0), aware(last) if last else None)
+        for key, memory_id, kind, pinned, profile, created, updated, count, last in rows
+    ]  # fmt: skip
+
+
+async def forget(w: Writer, reasons: Mapping[int, str]) -> dict[int, str]:
     """Move the user's memories with these keys into the archive, each with its reason (in its
-    ``forgotten`` event and its archive row), inside the unit `w`. Pinned and profile memories,
-    and keys that are not the user's (or gone meanwhile), are left alone. The keys moved."""
+    ``forgotten`` event and its archive row), inside the unit `w` (its lock taken: what is read
+    here stays true until it commits). Pinned and profile memories, and keys that are not the
+    user's (or gone meanwhile), are left alone. The words of each memory moved, by key."""
     wanted = list(reasons)
-    moved: list[int] = []
+    moved: dict[int, str] = {}
     stamp = now()
     for start in range(0, len(wanted), FORGET_CHUNK):
         chunk = wanted[start : start + FORGET_CHUNK]
@@ -120,110 +156,50 @@ async def forget(w: Writer, reasons: Mapping[int, str]) -> list[int]:
                 or_(MemoryLink.fact_id.in_(ids), MemoryLink.episode_id.in_(ids)),
             )
         )
+        await w.execute(insert(ForgottenMemory), [
+            {"id": row.id, "user_id": w.user_id, "content": row.content, "type": row.type,
+             "meta": dict(row.meta or {}), "source": row.source, "created_at": row.created_at,
+             "observed_at": row.observed_at, "recall_count": row.recall_count,
+             "last_recalled_at": row.last_recalled_at, "index_text": row.index_text,
+             "links": linked[row.id], "reason": reasons[row.key], "forgotten_at": stamp}
+            for row in rows
+        ])  # fmt: skip
         for row in rows:
-            w.archive(ForgottenMemory(
-                id=row.id, user_id=w.user_id, content=row.content, type=row.type,
-                meta=dict(row.meta or {}), source=row.source, created_at=row.created_at,
-                observed_at=row.observed_at, recall_count=row.recall_count,
-                last_recalled_at=row.last_recalled_at, index_text=row.index_text,
-                links=linked[row.id], reason=reasons[row.key], forgotten_at=stamp,
-            ))  # fmt: skip
             w.note(row.id, EventAction.FORGOTTEN, before=row.content, detail=reasons[row.key])
         keys = [row.key for row in rows]
         await w.execute(delete(Memory).where(Memory.key.in_(keys)))
-        moved += keys
+        moved.update((row.key, row.content) for row in rows)
     return moved
 
 
-class Archive:
-    sessions: async_sessionmaker[AsyncSession]
+async def take_back(w: Writer, memory_id: str) -> ForgottenMemory | None:
+    """Take the user's archived memory `memory_id` out of the archive, inside the unit `w` that
+    puts it back (its lock taken); None when the archive has no such memory of the user."""
+    row = await w.execute(
+        select(ForgottenMemory).where(
+            ForgottenMemory.user_id == w.user_id, ForgottenMemory.id == memory_id
+        )
+    )
+    found = row.scalar_one_or_none()
+    if found is not None:
+        await w.execute(delete(ForgottenMemory).where(ForgottenMemory.key == found.key))
+    return found
 
-    async def held(self, user_id: str) -> tuple[int, int]:
-        """How many facts and episodes the user holds (one count query)."""
-        episode = Memory.type == MemoryType.EPISODE.value
-        async with self.sessions() as session:
-            row = (await session.execute(
-                select(func.count(), func.count().filter(episode))
-                .where(Memory.user_id == user_id)
-            )).one()  # fmt: skip
-        total, episodes = int(row[0]), int(row[1])
-        return total - episodes, episodes
 
-    async def standing(self, user_id: str) -> list[Standing]:
-        """Every memory of the user, as forgetting weighs it (one read: ~100 bytes a memory)."""
-        async with self.sessions() as session:
-            facts = set(await session.scalars(
-                select(MemoryLink.fact_id).where(MemoryLink.user_id == user_id)
-            ))  # fmt: skip
-            episodes = set(await session.scalars(
-                select(MemoryLink.episode_id).where(MemoryLink.user_id == user_id)
-            ))  # fmt: skip
-            rows = await session.execute(
-                select(Memory.key, Memory.id, Memory.type, Memory.pinned, Memory.profile,
-                       Memory.created_at, Memory.updated_at, Memory.recall_count,
-                       Memory.last_recalled_at)
-                .where(Memory.user_id == user_id)
-            )  # fmt: skip
-            return [
-                Standing(key, memory_id, kind, bool(pinned or profile),
-                         memory_id in facts or memory_id in episodes, aware(created),
-                         aware(updated), int(count or 0), aware(last) if last else None)
-                for key, memory_id, kind, pinned, profile, created, updated, count, last in rows
-            ]  # fmt: skip
+async def relink(w: Writer, memory: Memory, ids: list[str]) -> list[tuple[int, int]]:
+    """Link the memory put back (inserted by `w`) to those of `ids` the user still holds: an
+    episode to facts, a fact to episodes. The (fact key, episode key) pairs linked."""
+    others = await w.rows(ids)
+    episode = memory.type == MemoryType.EPISODE.value
+    pairs: list[tuple[int, int]] = []
+    for other in others.values():
+        if (other.type == MemoryType.EPISODE.value) == episode:
+            continue  # links join a fact and an episode
+        fact, source = (other, memory) if episode else (memory, other)
+        w.link(fact.id, source.id)
+        pairs.append((fact.key, source.key))
+    return pairs
 
-    async def contents(self, user_id: str, keys: list[int]) -> dict[int, str]:
-        """The words of these memories of the user, by key."""
-        found: dict[int, str] = {}
-        async with self.sessions() as session:
-            for start in range(0, len(keys), FORGET_CHUNK):
-                chunk = keys[start : start + FORGET_CHUNK]
-                found.update(
-                    (int(k), str(c)) for k, c in await session.execute(
-                        select(Memory.key, Memory.content)
-                        .where(Memory.user_id == user_id, Memory.key.in_(chunk))
-                    )
-                )  # fmt: skip
-        return found
 
-    async def forgotten(
-        self, user_id: str, *, limit: int, offset: int = 0
-    ) -> tuple[list[Forgotten], int]:
-        """The user's archived memories, most recently forgotten first, and how many in all."""
-        mine = ForgottenMemory.user_id == user_id
-        async with self.sessions() as session:
-            total = int(await session.scalar(select(func.count()).where(mine)) or 0)
-            rows = await session.scalars(
-                select(ForgottenMemory).where(mine)
-                .order_by(ForgottenMemory.forgotten_at.desc(), ForgottenMemory.key.desc())
-                .limit(limit).offset(offset)
-            )  # fmt: skip
-            return [_forgotten(row) for row in rows], total
-
-    async def forgotten_one(self, user_id: str, memory_id: str) -> Forgotten | None:
-        async with self.sessions() as session:
-            row = await session.scalar(
-                select(ForgottenMemory).where(
-                    ForgottenMemory.user_id == user_id, ForgottenMemory.id == memory_id
-                )
-            )
-            return None if row is None else _forgotten(row)
-
-    async def drop_forgotten(self, user_id: str, memory_id: str) -> bool:
-        """Take one row out of the archive (its memory is back); False when it was not there."""
-        async with writing(self.sessions) as session:
-            result = await session.execute(
-                delete(ForgottenMemory).where(
-                    ForgottenMemory.user_id == user_id, ForgottenMemory.id == memory_id
-                )
-            )
-            return bool(result.rowcount)  # type: ignore[attr-defined]
-
-    async def purge_forgotten(self, user_id: str, before: datetime) -> int:
-        """Erase the user's archived memories forgotten before `before`: how many."""
-        async with writing(self.sessions) as session:
-            result = await session.execute(
-                delete(ForgottenMemory).where(
-                    ForgottenMemory.user_id == user_id, ForgottenMemory.forgotten_at < before
-                )
-            )
-            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+def as_forgotten(row: ForgottenMemory) -> Forgotten:
+    return _forgotten(row)

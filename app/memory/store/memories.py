@@ -25,7 +25,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from app.memory.store import events
-from app.memory.store.archive import Archive
+from app.memory.store.archive_book import Archive
 from app.memory.store.claims import IdTaken, found, own_ids, same_text
 from app.memory.store.db import writing
 from app.memory.store.links import LINK_CHUNK, Rekey, before_delete, rekey, restore

@@ -89,9 +89,7 @@ class EventAction(StrEnum):
     """Given to another user (`memproxy memories move`, ``POST /v1/memories/move``)."""
     FORGOTTEN = "forgotten"
     """Left the memories for the archive (:class:`ForgottenMemory`), with the reason: it can be
-    put back from there."""
-    RESTORED = "restored"
-    """Put back from the archive, same id."""
+    put back from there (then ``created`` again, same id, saying so)."""
 
 
 class Base(DeclarativeBase):

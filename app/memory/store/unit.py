@@ -37,7 +37,6 @@ from app.memory.store.queries import own, version_of
 from app.memory.store.records import now
 from app.memory.store.tables import (
     EventAction,
-    ForgottenMemory,
     Memory,
     MemoryLink,
     MemorySource,
@@ -92,10 +91,6 @@ class Writer:
             self._linked.add((fact_id, episode_id))
             self._session.add(MemoryLink(user_id=self.user_id, fact_id=fact_id,
                                          episode_id=episode_id, created_at=now()))  # fmt: skip
-
-    def archive(self, row: ForgottenMemory) -> None:
-        """Keep a memory this unit takes out in the archive (:func:`.archive.forget`)."""
-        self._session.add(row)
 
     def note(
         self, memory_id: str, action: EventAction, *, before: str | None, detail: str | None
@@ -252,10 +247,21 @@ class Writer:
         process, waits until this one commits, so what this unit reads next stays true."""
         await self._bump()
 
-    async def execute(self, statement: Executable) -> Result[Any]:
+    @property
+    def insert(self) -> Any:
+        """The database's INSERT, with ``ON CONFLICT`` (for :meth:`execute`)."""
+        return insert_for(self._session)
+
+    async def committing(self) -> int:
+        """The version this unit commits if it ends now (its lock taken: :meth:`lock`)."""
+        if self._bumped is None:
+            return await version_of(self._session, self.user_id)
+        return self._bumped if self._changed else self._bumped - 1
+
+    async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
         """Another statement in the unit's transaction (the Manager's queue deletes the job it
         applies here, so that the job and its effects commit together)."""
-        return await self._session.execute(statement)
+        return await self._session.execute(statement, params)
 
     async def finish(self) -> None:
         """Bump and stamp (when anything changed): called as the block ends, before commit."""

@@ -28,14 +28,15 @@ class WholeUser:
     async def delete_all(self, user_id: str, *, actor: MemorySource = MemorySource.API) -> Removed:
         """Erase everything kept about the user's memories, in one transaction: the memories and
         their links and history, processed turns' fingerprints, the Manager jobs not yet
-        applied, the forgotten memories kept to be put back."""
+        applied and its state, the forgotten memories kept to be put back."""
         async with writing(self.sessions) as session:
             w = Writer(session, user_id, actor, None)
+            await w.lock()  # a restore or a forgetting under way commits first, or waits
             # The jobs first: a job being applied or parked holds its row until it commits, so
             # the memories are read after what it wrote (else its episodes would outlive this).
             await w.execute(delete(ManagerJob).where(ManagerJob.user_id == user_id))
             keys = await w.delete_matching(None)
-            for table in (MemoryEvent, ProcessedTurn, ForgottenMemory):
+            for table in (MemoryEvent, ProcessedTurn, ForgottenMemory, ManagerState):
                 await w.execute(delete(table).where(table.user_id == user_id))
             await w.finish()
         assert w.version is not None
@@ -67,6 +68,11 @@ class WholeUser:
             moved_jobs = int(jobs.rowcount or 0)  # type: ignore[attr-defined]
             if keys or moved_jobs:
                 await _give_the_rest(session, from_user, to_user)
+            await session.execute(  # that version was the other user's: weigh theirs afresh
+                update(ManagerState)
+                .where(ManagerState.user_id == to_user)
+                .values(idle_version=None)
+            )
             await session.execute(  # also when nothing else moved: only forgotten ones left
                 update(ForgottenMemory)
                 .where(ForgottenMemory.user_id == from_user)

@@ -16,9 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.aging.forgetting import Capacities, Forgetting
 from app.memory.service import MemoryService
+from app.memory.store.claims import IdTaken
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory, now
 from app.memory.store.tables import ForgottenMemory, Memory, MemorySource, MemoryType
+from tests import databases
 from tests.fakes import FakeEmbedder
 
 pytestmark = pytest.mark.asyncio
@@ -147,12 +149,12 @@ async def test_the_archive_is_erased_with_its_user_moved_with_them_and_purged(
     moved, total = await forgetting.forgotten("carol", limit=10)
     assert total == 2
     assert await forgetting.restore("carol", moved[0].id) is not None
-    assert await forgetting.purge("carol") == 0  # forgotten today: kept
+    assert await forgetting.purge() == 0  # forgotten today: kept
     async with service.store.sessions() as session, session.begin():
         await session.execute(
             update(ForgottenMemory).values(forgotten_at=now() - timedelta(days=31))
         )
-    assert await forgetting.purge("carol") == 1
+    assert await forgetting.purge() == 1
     async with service.store.sessions() as session:
         assert await session.scalar(select(func.count()).select_from(ForgottenMemory)) == 0
 
@@ -164,3 +166,29 @@ async def test_a_write_by_another_actor_names_it(service: MemoryService) -> None
     assert gone.id == ids[0]
     (event,) = [e for e in await service.history("ann", ids[0]) if e.action == "forgotten"]
     assert event.actor == "cli"
+
+
+async def test_a_memory_back_by_import_is_not_put_back_twice(service: MemoryService) -> None:
+    ids = await five_facts(service)
+    forgetting = Forgetting(service, Capacities(facts=4))
+    (gone,) = (await forgetting.forget("ann")).leaving
+    await service.add("ann", [NewMemory("Ann imported it again", id=gone.id)])  # an import
+    with pytest.raises(IdTaken):
+        await forgetting.restore("ann", gone.id)
+    assert (await forgetting.forgotten("ann", limit=10))[1] == 1  # kept: nothing was lost
+    assert gone.id == ids[0]
+
+
+@pytest.mark.skipif(not databases.on_postgresql(), reason="a pin committed from another "
+                    "connection mid-unit: SQLite runs one writer at a time")  # fmt: skip
+async def test_a_memory_pinned_while_forgetting_begins_is_kept(service: MemoryService) -> None:
+    ids = await five_facts(service)
+    forgetting = Forgetting(service, Capacities(facts=4))
+    assert [m.id for m in await forgetting.plan("ann")] == [ids[0]]
+
+    async def pin_meanwhile(_w: Any) -> None:  # before the unit takes the user's lock
+        await service.update("ann", ids[0], pinned=True)
+
+    done = await forgetting.forget("ann", within=pin_meanwhile)
+    assert [m.id for m in done.leaving] == [ids[1]]  # weighed under the lock: the pin seen
+    assert (await service.get("ann", ids[0])) is not None

@@ -31,7 +31,14 @@ from app.memory.service import MemoryService
 from app.memory.store.db import create_engine
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory, now
-from app.memory.store.tables import ForgottenMemory, ManagerJob, ManagerState, MemoryEvent
+from app.memory.store.tables import (
+    ForgottenMemory,
+    ManagerJob,
+    ManagerState,
+    Memory,
+    MemoryEvent,
+    MemorySource,
+)
 from app.metrics import Metrics
 from tests.conftest import make_settings
 from tests.fakes import FakeEmbedder
@@ -108,14 +115,53 @@ async def test_no_idle_job_while_the_user_chats_or_has_a_job_waiting(engine: Asy
         await session.execute(
             update(ManagerState).values(last_job_at=now() - timedelta(seconds=601))
         )
+    assert await queue.queue_idle(600) == 0  # its memory was written just now
+    async with queue._sessions() as session, session.begin():
+        await session.execute(update(Memory).values(updated_at=now() - timedelta(seconds=601)))
     assert await queue.queue_idle(600) == 1
+
+
+async def test_an_erased_user_and_a_parked_idle_job_get_no_more(engine: AsyncEngine) -> None:
+    queue = queue_of(engine)
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    await facts(service, "ann", 1)
+    await facts(service, "bob", 1)
+    await service.delete_all("bob")  # its version moved, and nothing of it is left
+    assert await queue.queue_idle(0) == 1
+    (job,) = await queue.claim(1, exclude_users=set())
+    assert job.user_id == "ann"
+    await queue.park(job.id, "test: failed for good")
+    assert await queue.queue_idle(0) == 0  # the parked one holds its version's work
+    await facts(service, "ann", 1)
+    assert await queue.queue_idle(0) == 0  # until it is retried (`memproxy jobs retry`)
+    assert await queue.retry_failed("ann") == 1
+
+
+async def test_a_user_given_memories_is_weighed_afresh(engine: AsyncEngine) -> None:
+    queue = queue_of(engine)
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    for _ in range(5):
+        await facts(service, "anonymous", 1)  # anonymous at version 5
+    await facts(service, "ann", 1)
+    async with queue._sessions() as session, session.begin():
+        session.add(ManagerState(user_id="anonymous", idle_version=5))
+    assert await queue.queue_idle(0) == 1  # ann's
+    await service.move("anonymous", "ann")
+    async with queue._sessions() as session:
+        state = await session.scalar(
+            select(ManagerState.idle_version).where(ManagerState.user_id == "ann")
+        )
+    assert state is None  # not anonymous's 5, which ann's counter may be far from
 
 
 async def test_no_idle_job_is_due_until_the_memories_change_again(engine: AsyncEngine) -> None:
     queue = queue_of(engine)
     service = MemoryService(MemoryStore(engine), FakeEmbedder())
     await facts(service, "ann", 1)
-    await queue.idle_done("ann", 1)
+    async with service.store.writing("ann", MemorySource.UPKEEP) as w:  # done, nothing changed
+        await w.lock()
+        await queue.idle_done(w)
+    assert w.version == 1
     assert await queue.queue_idle(0) == 0
     await facts(service, "ann", 1)  # version 2
     assert await queue.queue_idle(0) == 1
