@@ -8,14 +8,23 @@ forgotten memories past their keep time are erased apart, every user's, now and 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from dataclasses import dataclass
 
+from app.config import Settings
 from app.memory.aging.forgetting import Capacities, Forgetting, Leaving
 from app.memory.learning.applier import JobGone
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.leases import Job
 from app.memory.service import MemoryService
 from app.memory.store.unit import Writer
+from app.metrics import Metrics
+
+logger = logging.getLogger("memproxy.manager")
+
+PURGE_SECONDS = 600.0
+"""How often a process erases a batch of the forgotten memories past their keep time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,17 +36,49 @@ class Upkept:
 
 class IdleWork:
     def __init__(
-        self,
-        queue: JobQueue,
-        service: MemoryService,
-        capacities: Capacities,
-        *,
-        keep_days: float,
-        timeout_seconds: float,
+        self, queue: JobQueue, service: MemoryService, settings: Settings, metrics: Metrics
     ) -> None:
         self._queue = queue
-        self.forgetting = Forgetting(service, capacities, keep_days=keep_days)
-        self._timeout = timeout_seconds
+        capacities = Capacities(settings.max_facts, settings.max_episodes)
+        self.forgetting = Forgetting(service, capacities, keep_days=settings.forgotten_keep_days)
+        self._timeout = settings.idle_job_timeout_seconds
+        self._quiet = settings.idle_seconds
+        self._metrics = metrics
+        self._next_purge = 0.0
+
+    async def look(self) -> bool:
+        """The worker's upkeep: queue the idle jobs of users who went quiet (none when
+        ``MEMPROXY_IDLE_SECONDS`` is 0), and every :data:`PURGE_SECONDS` erase a batch of the
+        forgotten memories past their keep time. Whether a job was queued; failures logged."""
+        queued = False
+        if self._quiet > 0:
+            try:
+                queued = await self._queue.queue_idle(self._quiet) > 0
+            except Exception:
+                logger.warning("could not queue the idle jobs", exc_info=True)
+        if time.monotonic() >= self._next_purge:
+            self._next_purge = time.monotonic() + PURGE_SECONDS
+            try:
+                if purged := await self.forgetting.purge():
+                    logger.info("%d forgotten memories past their keep time erased", purged)
+            except Exception:
+                logger.warning("could not erase the forgotten memories past their keep time",
+                               exc_info=True)  # fmt: skip
+        return queued
+
+    async def work(self, job: Job) -> None:
+        """Run an idle job the worker claimed (:meth:`run`), counted and logged; its failures
+        raise, for the worker to retry or park it as a Manager job's."""
+        try:
+            done = await self.run(job)
+        except JobGone:
+            self._metrics.jobs_skipped.inc()
+            logger.info("idle job %s is no longer this process's: skipped", job.id)
+            return
+        self._metrics.idle_jobs.inc()
+        for memory in done.forgotten:
+            self._metrics.memories_forgotten.labels(memory.type).inc()
+        logger.info("idle job %s done: %d memories forgotten", job.id, len(done.forgotten))
 
     async def run(self, job: Job) -> Upkept:
         """Do the job's work and consume it; :class:`JobGone` when this process no longer held
@@ -52,8 +93,3 @@ class IdleWork:
                 job.user_id, job_id=job.id, within=consume, after=self._queue.idle_done
             )
         return Upkept(forgot.leaving)
-
-    async def purge(self) -> int:
-        """Erase a batch of the forgotten memories past the keep time, every user's: how many
-        (the worker calls it now and then; the rest at the next call)."""
-        return await self.forgetting.purge()

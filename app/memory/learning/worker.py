@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
 from contextlib import suppress
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from app.config import Settings
-from app.memory.aging.forgetting import Capacities
 from app.memory.learning.after_model import after_model
 from app.memory.learning.applier import Applier, JobGone
 from app.memory.learning.decisions import Operation
@@ -49,8 +47,6 @@ from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.manager")
 
-PURGE_SECONDS = 600.0
-"""How often a process erases a batch of the forgotten memories past their keep time."""
 POLL_SECONDS = 1.0
 """How often the queue is looked at without a wake-up (jobs queued by other processes, retries
 coming due)."""
@@ -74,13 +70,7 @@ class Worker:
         self._concurrency = settings.manager_concurrency
         self._attempts = settings.manager_job_attempts
         self._retry_seconds = settings.manager_retry_seconds
-        self._idle_seconds = settings.idle_seconds
-        self._next_purge = 0.0
-        self.idle = IdleWork(
-            queue, service, Capacities(settings.max_facts, settings.max_episodes),
-            keep_days=settings.forgotten_keep_days,
-            timeout_seconds=settings.idle_job_timeout_seconds,
-        )  # fmt: skip
+        self.idle = IdleWork(queue, service, settings, self._metrics)
         self._wakeup = asyncio.Event()
         self._running: dict[asyncio.Task[None], str] = {}
         self._loop_task: asyncio.Task[None] | None = None
@@ -137,20 +127,8 @@ class Worker:
             logger.warning("%d manager job(s) of a process that stopped renewing them queued "
                            "again", expired)  # fmt: skip
             self._wakeup.set()
-        if self._idle_seconds > 0:
-            try:
-                if await self._queue.queue_idle(self._idle_seconds):
-                    self._wakeup.set()
-            except Exception:
-                logger.warning("could not queue the idle jobs", exc_info=True)
-        if time.monotonic() >= self._next_purge:
-            self._next_purge = time.monotonic() + PURGE_SECONDS
-            try:
-                if purged := await self.idle.purge():
-                    logger.info("%d forgotten memories past their keep time erased", purged)
-            except Exception:
-                logger.warning("could not erase the forgotten memories past their keep time",
-                               exc_info=True)  # fmt: skip
+        if await self.idle.look():
+            self._wakeup.set()
 
     async def _loop(self) -> None:
         while not self._stopping:
@@ -188,7 +166,7 @@ class Worker:
     async def _work(self, job: Job) -> None:
         try:
             if job.id.startswith(IDLE_JOB):
-                await self._upkeep_user(job)
+                await self.idle.work(job)
                 return
             operations, aliases, grounds, episodes = await self._decide(job)
             try:
@@ -230,19 +208,6 @@ class Worker:
                 delay = self._retry_seconds * 2 ** (job.attempts - 1)
                 logger.info("job %s failed (%s); retrying in %.0f s", job.id, reason, delay)
                 _held(await self._queue.retry_later(job.id, reason, delay), job)
-
-    async def _upkeep_user(self, job: Job) -> None:
-        """An idle job (:mod:`app.memory.learning.idle`); its failures go as a Manager job's."""
-        try:
-            done = await self.idle.run(job)
-        except JobGone:
-            self._metrics.jobs_skipped.inc()
-            logger.info("idle job %s is no longer this process's: skipped", job.id)
-            return
-        self._metrics.idle_jobs.inc()
-        for memory in done.forgotten:
-            self._metrics.memories_forgotten.labels(memory.type).inc()
-        logger.info("idle job %s done: %d memories forgotten", job.id, len(done.forgotten))
 
     async def _decide(self, job: Job) -> tuple[list[Operation], dict[int, str], Grounds, list[str]]:
         """The Manager's operations as the rules leave them, the aliases it was shown, the

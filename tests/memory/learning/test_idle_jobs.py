@@ -18,7 +18,6 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from app.memory.aging.forgetting import Capacities
 from app.memory.learning.applier import JobGone
 from app.memory.learning.extraction import exchange
 from app.memory.learning.idle import IdleWork
@@ -278,10 +277,9 @@ async def test_an_idle_job_another_process_took_up_writes_nothing(
     assert await b.expire() == 1
     (again,) = await b.claim(1, exclude_users=set())
     assert again.id == job.id
-    work = IdleWork(a, service, Capacities(facts=2), keep_days=1, timeout_seconds=10)
+    settings = make_settings(max_facts=2)
     with pytest.raises(JobGone):
-        await work.run(job)
+        await IdleWork(a, service, settings, Metrics()).run(job)
     assert len((await service.page("ann", limit=10, offset=0))[0]) == 4
-    done = await IdleWork(b, service, Capacities(facts=2), keep_days=1,
-                          timeout_seconds=10).run(again)  # fmt: skip
+    done = await IdleWork(b, service, settings, Metrics()).run(again)
     assert len(done.forgotten) == 2
