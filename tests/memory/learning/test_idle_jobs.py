@@ -283,3 +283,26 @@ async def test_an_idle_job_another_process_took_up_writes_nothing(
     assert len((await service.page("ann", limit=10, offset=0))[0]) == 4
     done = await IdleWork(b, service, settings, Metrics()).run(again)
     assert len(done.forgotten) == 2
+
+
+async def test_the_worker_erases_forgotten_memories_past_their_keep_time(
+    engine: AsyncEngine,
+) -> None:
+    """Every user's, also one who never comes back (no idle job of theirs is ever due again)."""
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    settings = make_settings(max_facts=1, forgotten_keep_days=30, idle_seconds=0)
+    work = IdleWork(queue_of(engine), service, settings, Metrics())
+    for user in ("ann", "bob"):
+        await facts(service, user, 3)
+        assert len((await work.forgetting.forget(user)).leaving) == 2
+    async with async_sessionmaker(engine)() as session, session.begin():
+        await session.execute(
+            update(ForgottenMemory)
+            .where(ForgottenMemory.user_id == "ann")
+            .values(forgotten_at=now() - timedelta(days=31))
+        )
+    assert await work.look() is False  # no idle work (MEMPROXY_IDLE_SECONDS=0), but the purge
+    async with async_sessionmaker(engine)() as session:
+        left = list(await session.scalars(select(ForgottenMemory.user_id)))
+    assert sorted(left) == ["bob", "bob"]
+    assert await work.look() is False  # within PURGE_SECONDS: nothing more is asked
