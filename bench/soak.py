@@ -219,6 +219,8 @@ async def main_async(args: argparse.Namespace) -> None:
         "MEMPROXY_UPSTREAM_BASE_URL": up_url, "MEMPROXY_MANAGER_MODEL": MODEL,
         "MEMPROXY_MANAGER_STEPS": "one", "MEMPROXY_CONVERSATION_THRESHOLD": "1",
         "MEMPROXY_PROCESSING_INTERVAL": "0", "MEMPROXY_MANAGER_QUEUE_LIMIT": "100000",
+        # the worker looks for quiet users every third of a lease: every second here
+        "MEMPROXY_MANAGER_LEASE_SECONDS": "3",
     }  # fmt: skip
     soaked = {
         "MEMPROXY_IDLE_SECONDS": str(args.idle_seconds),

@@ -1,20 +1,61 @@
-"""The three kinds of Manager job, told by how their id begins, and the order they are claimed
-in (:meth:`app.memory.learning.leases.Leases.claim`):
+"""What a Manager job is (:class:`Job`, as claimed), and its three kinds, told by how their id
+begins, in the order they are claimed (:meth:`app.memory.learning.leases.Leases.claim`):
 
 - a chat's (a UUID): learns from a chat's new turns; first;
 - a past conversation's (:data:`HISTORY_JOB`, :mod:`app.memory.learning.history`): only when no
   chat's job is due, never merged with a chat's, never dropped for the queue's limit;
 - an idle job (:data:`IDLE_JOB`, :mod:`app.memory.learning.idle_jobs`): the idle-time upkeep of
-  a quiet user's memories; last, and only while the user has no other job waiting.
+  a quiet user's memories; last, and only while the user has no other job waiting, but that a
+  worker of two slots or more gives one slot to idle work while chats' jobs wait (else a
+  Manager busy for hours would never keep a store within its capacity).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, TypeVar
 
+from pydantic_ai.messages import ModelMessage
 from sqlalchemy import ColumnElement, case
 
+from app.memory.learning.turns import load
+from app.memory.store.records import aware
 from app.memory.store.tables import ManagerJob
+
+T = TypeVar("T", bound=Sequence[Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    user_id: str
+    explicit: bool
+    attempts: int
+    payload: dict[str, Any]
+    """As stored: the chat's ``model``, its ``context`` and ``new`` turns (:func:`dump`), and the
+    ``fingerprints`` the job took."""
+    created_at: datetime
+    """When the user said what it learns from (its memories' `observed_at`, the Manager's
+    "today"): when it was queued, or a past conversation's date (:func:`said_at`)."""
+
+    @property
+    def model(self) -> str:
+        """The chat request's model (the Manager's, unless one is configured)."""
+        return str(self.payload["model"])
+
+    def turns(self) -> tuple[list[ModelMessage], list[ModelMessage]]:
+        """The turns before the new ones (context only), and the new ones."""
+        return load(self.payload["context"]), load(self.payload["new"])
+
+
+def said_at(payload: dict[str, Any], queued_at: datetime) -> datetime:
+    """When the user said what a job learns from: a past conversation's date (its payload's
+    ``said_at``), else when the job was queued (a chat's)."""
+    said = payload.get("said_at")
+    return datetime.fromisoformat(said) if isinstance(said, str) else aware(queued_at)
+
 
 HISTORY_JOB = "learn-"
 IDLE_JOB = "idle-"
@@ -41,3 +82,12 @@ def kind_of(job_id: str) -> JobKind:
     if job_id.startswith(HISTORY_JOB):
         return "history"
     return "idle" if job_id.startswith(IDLE_JOB) else "chat"
+
+
+def first_idle(candidates: Sequence[T], idle_first: bool) -> list[T]:
+    """Claim candidates (rows whose second field is the job's id) in claim order, or with
+    `idle_first` the idle jobs first (the claim then takes one of them)."""
+    if not idle_first:
+        return list(candidates)
+    idles = [c for c in candidates if str(c[1]).startswith(IDLE_JOB)]
+    return idles + [c for c in candidates if not str(c[1]).startswith(IDLE_JOB)]

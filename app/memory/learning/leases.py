@@ -19,53 +19,20 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage
 from sqlalchemy import case, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.learning.job_book import JobBook
-from app.memory.learning.job_kinds import IDLE_JOB, idle, lane
-from app.memory.learning.turns import load
+from app.memory.learning.job_kinds import IDLE_JOB, first_idle, idle, lane, said_at
+from app.memory.learning.job_kinds import Job as Job
 from app.memory.store.db import writing
 from app.memory.store.records import aware, now
 from app.memory.store.tables import JobStatus, ManagerJob
 from app.memory.store.unit import Writer
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    id: str
-    user_id: str
-    explicit: bool
-    attempts: int
-    payload: dict[str, Any]
-    """As stored: the chat's ``model``, its ``context`` and ``new`` turns (:func:`dump`), and the
-    ``fingerprints`` the job took."""
-    created_at: datetime
-    """When the user said what it learns from (its memories' `observed_at`, the Manager's
-    "today"): when it was queued, or a past conversation's date (:func:`said_at`)."""
-
-    @property
-    def model(self) -> str:
-        """The chat request's model (the Manager's, unless one is configured)."""
-        return str(self.payload["model"])
-
-    def turns(self) -> tuple[list[ModelMessage], list[ModelMessage]]:
-        """The turns before the new ones (context only), and the new ones."""
-        return load(self.payload["context"]), load(self.payload["new"])
-
-
-def said_at(payload: dict[str, Any], queued_at: datetime) -> datetime:
-    """When the user said what a job learns from: a past conversation's date (its payload's
-    ``said_at``), else when the job was queued (a chat's)."""
-    said = payload.get("said_at")
-    return datetime.fromisoformat(said) if isinstance(said, str) else aware(queued_at)
-
 
 HELD = (JobStatus.RUNNING.value, JobStatus.AWAITING.value)
 """The statuses a job has an owner and a lease in."""
@@ -200,12 +167,14 @@ class Leases(JobBook):
             )
             return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
-    async def claim(self, limit: int, *, exclude_users: set[str]) -> list[Job]:
+    async def claim(
+        self, limit: int, *, exclude_users: set[str], idle_first: bool = False
+    ) -> list[Job]:
         """Up to `limit` due jobs, each a user's oldest, of users with no job running (here or
         in another process) and not in `exclude_users`; marked running, held by this process.
         Chats' jobs first, then a past conversation's (a long history never keeps a chat waiting
         for more than its one running job), then an idle job (:data:`IDLE_JOB`), only while
-        its user has no other job waiting (a chat that came meanwhile is learned from first)."""
+        its user has no other job waiting; `idle_first`: one idle job before them all."""
         if limit <= 0:
             return []
         stamp = self._now()
@@ -234,13 +203,18 @@ class Leases(JobBook):
                 .with_for_update(skip_locked=True)
             )).all()  # fmt: skip
             claimed: list[Job] = []
-            for key, job_id, user_id, explicit, due, created_at in candidates:
+            idles = 0
+            for key, job_id, user_id, explicit, due, created_at in first_idle(
+                candidates, idle_first
+            ):
                 if len(claimed) >= limit:
                     break
                 if user_id in running or user_id in exclude_users or aware(due) > stamp:
                     continue
-                if job_id.startswith(IDLE_JOB) and user_id in waiting:
-                    continue
+                if job_id.startswith(IDLE_JOB):
+                    if user_id in waiting or (idle_first and idles):
+                        continue
+                    idles += 1
                 taken = await self._take(session, key)
                 if taken is not None:
                     self._held.add(job_id)

@@ -47,6 +47,7 @@ from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.manager")
 
+IDLE_TASK = f"job-{IDLE_JOB}"
 POLL_SECONDS = 1.0
 """How often the queue is looked at without a wake-up (jobs queued by other processes, retries
 coming due)."""
@@ -136,12 +137,18 @@ class Worker:
                 jobs = await self._queue.claim(
                     self._concurrency - len(self._running),
                     exclude_users=set(self._running.values()),
+                    # one slot may go to idle work while chats' jobs wait, so that a Manager
+                    # busy for hours still keeps stores within their capacities; never the
+                    # last slot (one job at a time: idle work waits for an empty queue)
+                    idle_first=self._concurrency > 1
+                    and not any(t.get_name().startswith(IDLE_TASK) for t in self._running),
                 )
             except Exception:
                 logger.warning("could not read the manager queue", exc_info=True)
                 jobs = []
             for job in jobs:
                 task = asyncio.get_running_loop().create_task(self._run(job), name=f"job-{job.id}")
+                # (an idle job's id begins IDLE_JOB: its task's name begins IDLE_TASK)
                 self._running[task] = job.user_id
                 task.add_done_callback(self._finished)
             self._wakeup.clear()

@@ -306,3 +306,20 @@ async def test_the_worker_erases_forgotten_memories_past_their_keep_time(
         left = list(await session.scalars(select(ForgottenMemory.user_id)))
     assert sorted(left) == ["bob", "bob"]
     assert await work.look() is False  # within PURGE_SECONDS: nothing more is asked
+
+
+async def test_one_slot_may_go_to_idle_work_while_chats_jobs_wait(engine: AsyncEngine) -> None:
+    """A Manager busy for hours (chats' jobs always waiting) would otherwise never run idle
+    work, and stores would grow past their capacities."""
+    queue = queue_of(engine)
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    await facts(service, "ann", 1)
+    assert await queue.queue_idle(0) == 1
+    for user in ("bob", "carol", "dan"):
+        await chat_job(queue, user)
+    plain = await queue.claim(2, exclude_users=set())
+    assert sorted(j.user_id for j in plain) == ["bob", "carol"]  # chats first
+    await queue.release()  # handed back
+    first = await queue.claim(2, exclude_users=set(), idle_first=True)
+    assert [j.id for j in first] == [idle_job_id("ann", 1), first[1].id]
+    assert first[1].user_id == "bob"  # the other slot: the oldest chat's job
