@@ -116,6 +116,7 @@ class Forgetting:
         self, service: MemoryService, capacities: Capacities, *, keep_days: float = 90.0
     ) -> None:
         self._service = service
+        self.store = service.store
         self.capacities = capacities
         self.keep = timedelta(days=keep_days)
 

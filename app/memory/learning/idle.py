@@ -23,6 +23,8 @@ from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.manager")
 
+OVER = 0.05
+"""How far past a capacity a user who keeps chatting may go before idle work runs anyway."""
 PURGE_SECONDS = 600.0
 """How often a process erases a batch of the forgotten memories past their keep time."""
 
@@ -66,6 +68,24 @@ class IdleWork:
                                exc_info=True)  # fmt: skip
         return queued
 
+    async def learned(self, user_id: str) -> bool:
+        """After a chat's job wrote the user's memories: when they hold more than a capacity
+        allows by :data:`OVER` (a user who chats all day is never quiet), an idle job is queued
+        that runs without waiting for the user to go quiet. Whether one was; failures logged
+        (the chat's job is applied either way)."""
+        caps = self.forgetting.capacities
+        if not (caps.facts or caps.episodes):
+            return False
+        try:
+            facts, episodes = await self.forgetting.store.held(user_id)
+            if not (_beyond(facts, caps.facts) or _beyond(episodes, caps.episodes)):
+                return False
+            return await self._queue.queue_over(user_id)
+        except Exception:
+            logger.warning("could not check the user's memories against the capacities",
+                           exc_info=True)  # fmt: skip
+            return False
+
     async def work(self, job: Job) -> None:
         """Run an idle job the worker claimed (:meth:`run`), counted and logged; its failures
         raise, for the worker to retry or park it as a Manager job's."""
@@ -93,3 +113,7 @@ class IdleWork:
                 job.user_id, job_id=job.id, within=consume, after=self._queue.idle_done
             )
         return Upkept(forgot.leaving)
+
+
+def _beyond(held: int, capacity: int) -> bool:
+    return capacity > 0 and held > capacity + max(1, int(capacity * OVER))

@@ -18,11 +18,12 @@ Promises (:meth:`IdleJobs.queue_idle`):
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import func, or_, select
 
-from app.memory.learning.job_kinds import IDLE_JOB, idle
+from app.memory.learning.job_kinds import IDLE_JOB, OVER_JOB, idle
 from app.memory.learning.leases import Leases
 from app.memory.store.db import insert_for, writing
 from app.memory.store.tables import JobStatus, ManagerJob, ManagerState, Memory, UserState
@@ -32,10 +33,20 @@ IDLE_BATCH = 200
 """Users given an idle job per look: the rest at the next one."""
 
 
-def idle_job_id(user_id: str, version: int) -> str:
+def idle_job_id(user_id: str, version: int, *, over: bool = False) -> str:
     """The id of the user's idle job for this version of their memories."""
     digest = hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:12]
-    return f"{IDLE_JOB}{digest}-{version}"
+    return f"{IDLE_JOB}{digest}-{version}{OVER_JOB if over else ''}"
+
+
+def _row(user_id: str, version: int, stamp: datetime, *, over: bool = False) -> dict[str, Any]:
+    return {
+        "id": idle_job_id(user_id, version, over=over), "user_id": user_id, "explicit": False,
+        "status": JobStatus.QUEUED.value, "attempts": 0, "next_attempt_at": stamp,
+        "payload": {"model": "", "context": [], "new": [], "fingerprints": [],
+                    "version": version},
+        "created_at": stamp,
+    }  # fmt: skip
 
 
 class IdleJobs(Leases):
@@ -66,14 +77,7 @@ class IdleJobs(Leases):
             found = list(await session.execute(due))
         if not found:
             return 0
-        rows = [
-            {"id": idle_job_id(user_id, int(version)), "user_id": user_id, "explicit": False,
-             "status": JobStatus.QUEUED.value, "attempts": 0, "next_attempt_at": stamp,
-             "payload": {"model": "", "context": [], "new": [], "fingerprints": [],
-                         "version": int(version)},
-             "created_at": stamp}
-            for user_id, version in found
-        ]  # fmt: skip
+        rows = [_row(user_id, int(version), stamp) for user_id, version in found]
         async with writing(self._sessions) as session:
             inserted = await session.scalars(
                 insert_for(session)(ManagerJob)
@@ -82,6 +86,28 @@ class IdleJobs(Leases):
                 .returning(ManagerJob.id)
             )
             return len(list(inserted))
+
+    async def queue_over(self, user_id: str) -> bool:
+        """Queue an idle job for a user past a capacity, to run without their going quiet
+        (:data:`OVER_JOB` ends its id: the claim does not hold it behind their chats' jobs);
+        none while an idle job of theirs exists. Whether one was queued."""
+        stamp = self._now()
+        async with writing(self._sessions) as session:
+            waiting = await session.scalar(
+                select(ManagerJob.id).where(ManagerJob.user_id == user_id, idle()).limit(1)
+            )
+            version = await session.scalar(
+                select(UserState.version).where(UserState.user_id == user_id)
+            )
+            if waiting is not None or version is None:
+                return False
+            inserted = await session.scalar(
+                insert_for(session)(ManagerJob)
+                .values(_row(user_id, int(version), stamp, over=True))
+                .on_conflict_do_nothing(index_elements=[ManagerJob.id])
+                .returning(ManagerJob.id)
+            )
+            return inserted is not None
 
     async def idle_done(self, w: Writer) -> None:
         """In the unit `w` that consumes the user's idle job (its lock taken): their idle work

@@ -59,6 +59,9 @@ def said_at(payload: dict[str, Any], queued_at: datetime) -> datetime:
 
 HISTORY_JOB = "learn-"
 IDLE_JOB = "idle-"
+OVER_JOB = "-over"
+"""How the id of an idle job queued for a user past a capacity ends: it runs without waiting for
+the user's chats' jobs (:mod:`app.memory.learning.idle`)."""
 
 JobKind = Literal["chat", "history", "idle"]
 

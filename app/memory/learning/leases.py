@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.learning.job_book import JobBook
-from app.memory.learning.job_kinds import IDLE_JOB, first_idle, idle, lane, said_at
+from app.memory.learning.job_kinds import IDLE_JOB, OVER_JOB, first_idle, idle, lane, said_at
 from app.memory.learning.job_kinds import Job as Job
 from app.memory.store.db import writing
 from app.memory.store.records import aware, now
@@ -212,7 +212,8 @@ class Leases(JobBook):
                 if user_id in running or user_id in exclude_users or aware(due) > stamp:
                     continue
                 if job_id.startswith(IDLE_JOB):
-                    if user_id in waiting or (idle_first and idles):
+                    behind = user_id in waiting and not job_id.endswith(OVER_JOB)
+                    if behind or (idle_first and idles):
                         continue
                     idles += 1
                 taken = await self._take(session, key)

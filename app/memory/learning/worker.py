@@ -194,6 +194,8 @@ class Worker:
                 self._metrics.memory_operations.labels(outcome.result).inc()
             said = [o.result + (f" (+{len(o.also)} with it)" if o.also else "") for o in outcomes]
             logger.info("job %s applied: %s", job.id, ", ".join(said) or "-")
+            if await self.idle.learned(job.user_id):
+                self._wakeup.set()
         except asyncio.CancelledError:
             raise
         except ManagerAnswerUnusable as exc:

@@ -323,3 +323,27 @@ async def test_one_slot_may_go_to_idle_work_while_chats_jobs_wait(engine: AsyncE
     first = await queue.claim(2, exclude_users=set(), idle_first=True)
     assert [j.id for j in first] == [idle_job_id("ann", 1), first[1].id]
     assert first[1].user_id == "bob"  # the other slot: the oldest chat's job
+
+
+async def test_a_user_who_keeps_chatting_past_a_capacity_gets_idle_work_anyway(
+    engine: AsyncEngine,
+) -> None:
+    """Never quiet, always a chat's job waiting: past a capacity by 5 %, an idle job is queued
+    that does not wait behind their chats' jobs."""
+    queue = queue_of(engine)
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    work = IdleWork(queue, service, make_settings(max_facts=20), Metrics())
+    await facts(service, "ann", 21)  # the capacity and one: within 5 % (one memory)
+    assert await work.learned("ann") is False
+    await facts(service, "ann", 1)
+    await chat_job(queue, "ann")  # the user chats on
+    assert await work.learned("ann") is True
+    assert await work.learned("ann") is False  # one idle job at a time
+    (over,) = [j for j, _, _ in await idle_jobs(queue)]
+    assert over == idle_job_id("ann", 2, over=True)
+    first = await queue.claim(2, exclude_users=set(), idle_first=True)
+    assert [j.id for j in first] == [over]  # not held behind the chat's job
+    done = await work.run(first[0])
+    assert len(done.forgotten) == 2
+    no_caps = IdleWork(queue, service, make_settings(max_facts=0, max_episodes=0), Metrics())
+    assert await no_caps.learned("ann") is False
