@@ -3,12 +3,14 @@ helpers are in support.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import respx
 from pydantic_ai import models
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.memory.store.db import create_engine
 from tests.helpers import completion_json
 
 
@@ -16,6 +18,14 @@ from tests.helpers import completion_json
 def _no_real_models(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", False)  # restored after the test
     yield
+
+
+@pytest.fixture
+async def engines(engine: AsyncEngine) -> AsyncIterator[list[AsyncEngine]]:
+    """Two replicas' engines on the test's one (migrated) database."""
+    other = create_engine(str(engine.url.render_as_string(hide_password=False)))
+    yield [engine, other]
+    await other.dispose()
 
 
 @pytest.fixture

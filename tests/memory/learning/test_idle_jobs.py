@@ -7,7 +7,6 @@ it, and no other is due until the memories change again."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -27,7 +26,6 @@ from app.memory.learning.manager import Manager
 from app.memory.learning.turns import turn
 from app.memory.learning.worker import Worker
 from app.memory.service import MemoryService
-from app.memory.store.db import create_engine
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory, now
 from app.memory.store.tables import (
@@ -44,14 +42,6 @@ from tests.fakes import FakeEmbedder
 from tests.memory.learning.support import until
 
 LEASE = 0.6
-
-
-@pytest.fixture
-async def engines(engine: AsyncEngine) -> AsyncIterator[list[AsyncEngine]]:
-    """Two replicas' engines on the test's one (migrated) database."""
-    other = create_engine(str(engine.url.render_as_string(hide_password=False)))
-    yield [engine, other]
-    await other.dispose()
 
 
 def queue_of(engine: AsyncEngine) -> JobQueue:

@@ -6,7 +6,6 @@ job per user, whatever each process read before it claimed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,21 +18,13 @@ from app.memory.learning import leases
 from app.memory.learning.extraction import exchange
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.turns import turn
-from app.memory.store.db import create_engine, writing
+from app.memory.store.db import writing
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import now
 from app.memory.store.tables import JobStatus, ManagerJob, MemorySource
 from tests import databases
 
 LEASE = 0.4
-
-
-@pytest.fixture
-async def engines(engine: AsyncEngine) -> AsyncIterator[list[AsyncEngine]]:
-    """Two replicas' engines on the test's one (migrated) database."""
-    other = create_engine(str(engine.url.render_as_string(hide_password=False)))
-    yield [engine, other]
-    await other.dispose()
 
 
 def queues(engines: list[AsyncEngine], **options: Any) -> list[JobQueue]:
