@@ -84,8 +84,9 @@ class ManagerSettings(BaseSettings):
     idle_job_timeout_seconds: float = Field(default=120.0, gt=0)
     """Longest one idle job may take (then it is retried later, as a Manager job is)."""
     max_facts: int = Field(default=10_000, ge=0)
-    """Facts a user keeps; past it, the least used leave at idle time (never pinned or profile
-    ones) into the forgotten memories, from where they can be put back. 0: no limit."""
+    """Facts a user keeps; past it, the least used leave at idle time (a user who chats on:
+    once past it by 5 %), never pinned or profile ones, into the forgotten memories, from where
+    they can be put back. 0: no limit."""
     max_episodes: int = Field(default=50_000, ge=0)
     """Episodes (the user's own words) a user keeps, the same way; an episode a fact was
     written from is worth half. 0: no limit."""
