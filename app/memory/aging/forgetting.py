@@ -30,6 +30,7 @@ from app.memory.store.archive import (
     take_back,
 )
 from app.memory.store.claims import IdTaken, found
+from app.memory.store.memories import MemoryStore
 from app.memory.store.records import (
     MemoryRecord,
     NewMemory,
@@ -116,9 +117,12 @@ class Forgetting:
         self, service: MemoryService, capacities: Capacities, *, keep_days: float = 90.0
     ) -> None:
         self._service = service
-        self.store = service.store
         self.capacities = capacities
         self.keep = timedelta(days=keep_days)
+
+    @property
+    def store(self) -> MemoryStore:
+        return self._service.store
 
     def _over(self, facts: int, episodes: int) -> bool:
         caps = self.capacities
