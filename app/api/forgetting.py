@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query
 
 from app.deps import MemoryCaller, MemoryCallerDep
 from app.errors import Conflict, NotFound
-from app.memory.aging.forgetting import Capacities, Forgetting
+from app.memory.aging.forgetting import Forgetting
 from app.memory.store.claims import IdTaken
 from app.memory.store.tables import MemorySource
 from app.schemas.forgetting import (
@@ -34,11 +34,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def forgetting_for(caller: MemoryCaller) -> Forgetting:
-    settings = caller.settings
-    return Forgetting(
-        caller.memory, Capacities(settings.max_facts, settings.max_episodes),
-        keep_days=settings.forgotten_keep_days,
-    )  # fmt: skip
+    return Forgetting.configured(caller.memory, caller.settings)
 
 
 @router.post("/forget", responses=_ERRORS)

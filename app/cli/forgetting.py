@@ -7,15 +7,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from app.cli.show import Command, plural, show_memory, write_lines
-from app.memory.aging.forgetting import Capacities, Forgetting
+from app.memory.aging.forgetting import Forgetting
 from app.memory.store.tables import MemorySource
 
 
 def _forgetting(c: Command) -> Forgetting:
-    s = c.settings
-    return Forgetting(
-        c.memory, Capacities(s.max_facts, s.max_episodes), keep_days=s.forgotten_keep_days
-    )
+    return Forgetting.configured(c.memory, c.settings)
 
 
 async def _forget(c: Command) -> int:

@@ -16,10 +16,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from app.config import Settings
 from app.memory.aging.value import last_use, value
 from app.memory.search.parts import embed_for_store
 from app.memory.service import MemoryService
 from app.memory.store.archive import (
+    Execute,
     Forgotten,
     Standing,
     as_forgotten,
@@ -120,23 +122,39 @@ class Forgetting:
         self.capacities = capacities
         self.keep = timedelta(days=keep_days)
 
+    @classmethod
+    def configured(cls, service: MemoryService, settings: Settings) -> Forgetting:
+        """As the settings say: ``MEMPROXY_MAX_FACTS``, ``MEMPROXY_MAX_EPISODES``,
+        ``MEMPROXY_FORGOTTEN_KEEP_DAYS``."""
+        capacities = Capacities(settings.max_facts, settings.max_episodes)
+        return cls(service, capacities, keep_days=settings.forgotten_keep_days)
+
     @property
     def store(self) -> MemoryStore:
         return self._service.store
 
-    def _over(self, facts: int, episodes: int) -> bool:
+    def over(self, facts: int, episodes: int, *, by: float = 0.0) -> bool:
+        """Whether a user holding these is past a capacity (by more than the share `by` of it,
+        at least one memory, when `by` is given)."""
         caps = self.capacities
-        return 0 < caps.facts < facts or 0 < caps.episodes < episodes
+        return any(
+            cap > 0 and held > cap + (max(1, int(cap * by)) if by else 0)
+            for held, cap in ((facts, caps.facts), (episodes, caps.episodes))
+        )
+
+    async def _weigh(self, execute: Execute, user_id: str) -> list[Leaving]:
+        """What leaves now, read with `execute` (a session's, or a unit's under its lock)."""
+        if not self.over(*await held(execute, user_id)):
+            return []  # within both: no need to weigh every memory
+        return choose(await standing(execute, user_id), self.capacities, now())
 
     async def plan(self, user_id: str) -> list[Leaving]:
         """What would leave now (the dry run), with the words of each."""
-        store = self._service.store
-        if not self._over(*await store.held(user_id)):
-            return []  # within both: no need to weigh every memory
-        leaving = choose(await store.standing(user_id), self.capacities, now())
+        async with self.store.sessions() as session:
+            leaving = await self._weigh(session.execute, user_id)
         if not leaving:
             return []
-        words = await store.contents(user_id, [m.key for m in leaving])
+        words = await self.store.contents(user_id, [m.key for m in leaving])
         return [replace(m, content=words.get(m.key, "")) for m in leaving]
 
     async def forget(
@@ -152,14 +170,11 @@ class Forgetting:
         first, then the user's write lock, then the weighing (so that a memory pinned, changed
         or forgotten meanwhile is seen as it is), the moves, and `after`. What left, as
         :meth:`plan` would have shown it at that moment."""
-        store = self._service.store
-        async with store.writing(user_id, actor, job_id=job_id) as w:
+        async with self.store.writing(user_id, actor, job_id=job_id) as w:
             if within is not None:
                 await within(w)
             await w.lock()
-            leaving: list[Leaving] = []
-            if self._over(*await held(w.execute, user_id)):
-                leaving = choose(await standing(w.execute, user_id), self.capacities, now())
+            leaving = await self._weigh(w.execute, user_id)
             words = await forget(w, {m.key: m.reason for m in leaving}) if leaving else {}
             if after is not None:
                 await after(w)
@@ -172,12 +187,12 @@ class Forgetting:
     async def purge(self) -> int:
         """Erase, for every user, a batch of what was forgotten longer ago than the keep time:
         how many (the rest at the next call)."""
-        return await self._service.store.purge_forgotten(now() - self.keep)
+        return await self.store.purge_forgotten(now() - self.keep)
 
     async def forgotten(
         self, user_id: str, *, limit: int, offset: int = 0
     ) -> tuple[list[Forgotten], int]:
-        return await self._service.store.forgotten(user_id, limit=limit, offset=offset)
+        return await self.store.forgotten(user_id, limit=limit, offset=offset)
 
     async def restore(
         self, user_id: str, memory_id: str, *, actor: MemorySource = MemorySource.API

@@ -194,20 +194,15 @@ class ChatMemory:
             return  # never written: the client was answered 503
         if job_id is None:
             return
-        if ctx.noted(REFUSED):
-            # Written late, after the 503: kept (with no answer: the user saw none). The retry
-            # may have found its turns taken already; withdrawn, they would go unlearned.
-            dropped = await self._queue.complete(job_id, None, interval_seconds=self._interval)
-            self._metrics.jobs_dropped.inc(dropped)
-            if self._worker is not None:
-                self._worker.wake()
-            return
-        if completion.outcome is not Outcome.COMPLETED:
+        refused = ctx.noted(REFUSED) is True
+        if completion.outcome is not Outcome.COMPLETED and not refused:
             await self._queue.withdraw(job_id)  # an answer the user never saw teaches nothing
             return
-        dropped = await self._queue.complete(
-            job_id, completion.assistant_text, interval_seconds=self._interval
-        )
+        # Written late, after a 503 (`refused`), it is kept, with no answer (the user saw
+        # none): the retry may have found its turns taken already; withdrawn, they would go
+        # unlearned.
+        reply = None if refused else completion.assistant_text
+        dropped = await self._queue.complete(job_id, reply, interval_seconds=self._interval)
         if dropped:
             self._metrics.jobs_dropped.inc(dropped)
             logger.warning("manager queue full: %d routine job(s) dropped", dropped)

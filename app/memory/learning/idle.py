@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from app.config import Settings
-from app.memory.aging.forgetting import Capacities, Forgetting, Leaving
+from app.memory.aging.forgetting import Forgetting, Leaving
 from app.memory.learning.applier import JobGone
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.leases import Job
@@ -41,8 +41,7 @@ class IdleWork:
         self, queue: JobQueue, service: MemoryService, settings: Settings, metrics: Metrics
     ) -> None:
         self._queue = queue
-        capacities = Capacities(settings.max_facts, settings.max_episodes)
-        self.forgetting = Forgetting(service, capacities, keep_days=settings.forgotten_keep_days)
+        self.forgetting = Forgetting.configured(service, settings)
         self._timeout = settings.idle_job_timeout_seconds
         self._quiet = settings.idle_seconds
         self._metrics = metrics
@@ -77,8 +76,7 @@ class IdleWork:
         if not (caps.facts or caps.episodes):
             return False
         try:
-            facts, episodes = await self.forgetting.store.held(user_id)
-            if not (_beyond(facts, caps.facts) or _beyond(episodes, caps.episodes)):
+            if not self.forgetting.over(*await self.forgetting.store.held(user_id), by=OVER):
                 return False
             return await self._queue.queue_over(user_id)
         except Exception:
@@ -113,7 +111,3 @@ class IdleWork:
                 job.user_id, job_id=job.id, within=consume, after=self._queue.idle_done
             )
         return Upkept(forgot.leaving)
-
-
-def _beyond(held: int, capacity: int) -> bool:
-    return capacity > 0 and held > capacity + max(1, int(capacity * OVER))

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.memory.learning.job_kinds import IDLE_JOB, OVER_JOB, idle
 from app.memory.learning.leases import Leases
@@ -47,6 +48,18 @@ def _row(user_id: str, version: int, stamp: datetime, *, over: bool = False) -> 
                     "version": version},
         "created_at": stamp,
     }  # fmt: skip
+
+
+async def _insert(session: AsyncSession, rows: list[dict[str, Any]]) -> int:
+    """Insert these idle jobs, but those whose id exists already (another process queued it):
+    how many were inserted."""
+    inserted = await session.scalars(
+        insert_for(session)(ManagerJob)
+        .values(rows)
+        .on_conflict_do_nothing(index_elements=[ManagerJob.id])
+        .returning(ManagerJob.id)
+    )
+    return len(list(inserted))
 
 
 class IdleJobs(Leases):
@@ -79,13 +92,7 @@ class IdleJobs(Leases):
             return 0
         rows = [_row(user_id, int(version), stamp) for user_id, version in found]
         async with writing(self._sessions) as session:
-            inserted = await session.scalars(
-                insert_for(session)(ManagerJob)
-                .values(rows)
-                .on_conflict_do_nothing(index_elements=[ManagerJob.id])
-                .returning(ManagerJob.id)
-            )
-            return len(list(inserted))
+            return await _insert(session, rows)
 
     async def queue_over(self, user_id: str) -> bool:
         """Queue an idle job for a user past a capacity, to run without their going quiet
@@ -101,13 +108,7 @@ class IdleJobs(Leases):
             )
             if waiting is not None or version is None:
                 return False
-            inserted = await session.scalar(
-                insert_for(session)(ManagerJob)
-                .values(_row(user_id, int(version), stamp, over=True))
-                .on_conflict_do_nothing(index_elements=[ManagerJob.id])
-                .returning(ManagerJob.id)
-            )
-            return inserted is not None
+            return await _insert(session, [_row(user_id, int(version), stamp, over=True)]) > 0
 
     async def idle_done(self, w: Writer) -> None:
         """In the unit `w` that consumes the user's idle job (its lock taken): their idle work

@@ -12,10 +12,9 @@ begins, in the order they are claimed (:meth:`app.memory.learning.leases.Leases.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic_ai.messages import ModelMessage
 from sqlalchemy import ColumnElement, case
@@ -23,8 +22,6 @@ from sqlalchemy import ColumnElement, case
 from app.memory.learning.turns import load
 from app.memory.store.records import aware
 from app.memory.store.tables import ManagerJob
-
-T = TypeVar("T", bound=Sequence[Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +82,3 @@ def kind_of(job_id: str) -> JobKind:
     if job_id.startswith(HISTORY_JOB):
         return "history"
     return "idle" if job_id.startswith(IDLE_JOB) else "chat"
-
-
-def first_idle(candidates: Sequence[T], idle_first: bool) -> list[T]:
-    """Claim candidates (rows whose second field is the job's id) in claim order, or with
-    `idle_first` the idle jobs first (the claim then takes one of them)."""
-    if not idle_first:
-        return list(candidates)
-    idles = [c for c in candidates if str(c[1]).startswith(IDLE_JOB)]
-    return idles + [c for c in candidates if not str(c[1]).startswith(IDLE_JOB)]

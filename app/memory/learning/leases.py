@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.learning.job_book import JobBook
-from app.memory.learning.job_kinds import IDLE_JOB, OVER_JOB, first_idle, idle, lane, said_at
+from app.memory.learning.job_kinds import IDLE_JOB, OVER_JOB, idle, lane, said_at
 from app.memory.learning.job_kinds import Job as Job
 from app.memory.store.db import writing
 from app.memory.store.records import aware, now
@@ -202,11 +202,11 @@ class Leases(JobBook):
                 .order_by(kind, ManagerJob.key)
                 .with_for_update(skip_locked=True)
             )).all()  # fmt: skip
+            if idle_first:  # idle jobs first; a stable sort keeps each kind in claim order
+                candidates = sorted(candidates, key=lambda c: not c.id.startswith(IDLE_JOB))
             claimed: list[Job] = []
             idles = 0
-            for key, job_id, user_id, explicit, due, created_at in first_idle(
-                candidates, idle_first
-            ):
+            for key, job_id, user_id, explicit, due, created_at in candidates:
                 if len(claimed) >= limit:
                     break
                 if user_id in running or user_id in exclude_users or aware(due) > stamp:

@@ -11,10 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.memory.store.archive import (
     FORGET_CHUNK,
     Forgotten,
-    Standing,
     as_forgotten,
     held,
-    standing,
 )
 from app.memory.store.db import writing
 from app.memory.store.tables import ForgottenMemory, Memory
@@ -30,11 +28,6 @@ class Archive:
         """How many facts and episodes the user holds."""
         async with self.sessions() as session:
             return await held(session.execute, user_id)
-
-    async def standing(self, user_id: str) -> list[Standing]:
-        """Every memory of the user, as forgetting weighs it."""
-        async with self.sessions() as session:
-            return await standing(session.execute, user_id)
 
     async def contents(self, user_id: str, keys: list[int]) -> dict[int, str]:
         """The words of these memories of the user, by key."""

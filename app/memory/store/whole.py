@@ -68,16 +68,17 @@ class WholeUser:
             moved_jobs = int(jobs.rowcount or 0)  # type: ignore[attr-defined]
             if keys or moved_jobs:
                 await _give_the_rest(session, from_user, to_user)
-            await session.execute(  # that version was the other user's: weigh theirs afresh
-                update(ManagerState)
-                .where(ManagerState.user_id == to_user)
-                .values(idle_version=None)
-            )
-            await session.execute(  # also when nothing else moved: only forgotten ones left
+            forgotten = await session.execute(  # also when nothing else moved
                 update(ForgottenMemory)
                 .where(ForgottenMemory.user_id == from_user)
                 .values(user_id=to_user)
             )
+            if keys or moved_jobs or forgotten.rowcount:  # type: ignore[attr-defined]
+                await session.execute(  # that version was the other user's: weigh afresh
+                    update(ManagerState)
+                    .where(ManagerState.user_id == to_user)
+                    .values(idle_version=None)
+                )
             await source.finish()
             await target.finish()
         assert source.version is not None and target.version is not None
