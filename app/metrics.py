@@ -82,6 +82,25 @@ class Metrics:
             ["type"],
             registry=self.registry,
         )
+        self.memories_consolidated = Counter(
+            "memproxy_memories_consolidated",
+            "Facts consolidation took out at idle time, by result: merged (into a fact saying "
+            "the same) or superseded (no longer true).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.distilled_facts = Counter(
+            "memproxy_distilled_facts",
+            "Facts written at idle time from the words of conversations that gave none.",
+            registry=self.registry,
+        )
+        self.consolidation_questions = Counter(
+            "memproxy_consolidation_questions",
+            "Groups of facts the model was asked about at idle time, by outcome: used, or "
+            "refused (unusable, or a merge whose words were not the facts').",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.answers_unusable = Counter(
             "memproxy_manager_answers_unusable",
             "Manager answers that did not fit through the retries (their job parked as failed).",

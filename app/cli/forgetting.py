@@ -40,10 +40,13 @@ async def _forgotten(c: Command) -> int:
     found, total = await _forgetting(c).forgotten(c.args.user, limit=c.args.limit)
     if c.json:
         write_lines({"id": m.id, "type": m.type, "content": m.content, "reason": m.reason,
-                     "forgotten_at": m.forgotten_at.isoformat()} for m in found)  # fmt: skip
+                     "cause": m.cause, "forgotten_at": m.forgotten_at.isoformat(),
+                     "ended_at": m.ended_at.isoformat() if m.ended_at else None}
+                    for m in found)  # fmt: skip
     else:
         for m in found:
-            print(f"{m.id}  {m.forgotten_at:%Y-%m-%d}  {m.type:<10} {m.content}\n    {m.reason}")
+            print(f"{m.id}  {m.forgotten_at:%Y-%m-%d}  {m.cause:<10} {m.type:<10} {m.content}"
+                  f"\n    {m.reason}")  # fmt: skip
     c.note(f"{plural(total, 'forgotten memory', 'forgotten memories')} of {c.args.user}")
     return 0
 

@@ -59,6 +59,11 @@ class ForgottenPublic(BaseModel):
     recall_count: int
     last_recalled_at: datetime | None
     reason: str
+    cause: str
+    """Why it left: ``forgotten`` (over a capacity), ``merged`` (into another fact) or
+    ``superseded`` (no longer true)."""
+    ended_at: datetime | None
+    """For a superseded fact: when it stopped being true."""
     forgotten_at: datetime
     erased_after: datetime
     """When it is erased for good unless put back (MEMPROXY_FORGOTTEN_KEEP_DAYS)."""
@@ -69,7 +74,7 @@ class ForgottenPublic(BaseModel):
             id=m.id, content=m.content, type=m.type, metadata=m.metadata, source=m.source,
             created_at=m.created_at, observed_at=m.observed_at, recall_count=m.recall_count,
             last_recalled_at=m.last_recalled_at, reason=m.reason, forgotten_at=m.forgotten_at,
-            erased_after=erased_after,
+            cause=m.cause, ended_at=m.ended_at, erased_after=erased_after,
         )  # fmt: skip
 
 

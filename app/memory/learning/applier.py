@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -51,6 +51,7 @@ from app.memory.service import MemoryService
 from app.memory.store.links import rekey
 from app.memory.store.records import in_utc, now
 from app.memory.store.tables import Memory, MemorySource, MemoryType
+from app.memory.store.unit import Writer
 
 EPISODE = MemoryType.EPISODE.value
 
@@ -58,6 +59,9 @@ if TYPE_CHECKING:
     from app.memory.learning.jobs import JobQueue
 
 logger = logging.getLogger("memproxy.manager")
+
+
+Within = Callable[[Writer], Awaitable[None]]
 
 
 class JobGone(Exception):
@@ -95,6 +99,7 @@ class Applier:
         observed_at: datetime | None = None,
         episodes: Sequence[str] = (),
         kept: Sequence[str] = (),
+        within: Within | None = None,
     ) -> list[Applied]:
         """Apply a job's operations (`aliases`: the numbers shown -> memory ids). With `queue`,
         the job is deleted from it in the same transaction, and nothing is applied when it is
@@ -103,7 +108,8 @@ class Applier:
         `observed_at`: when the job's turns were said (now when None). `episodes`: the texts of
         the job's episodes, written in the same transaction, each fact linked to its own; `kept`:
         the ids of the episodes it wrote as it was parked (:mod:`~app.memory.learning.parking`),
-        linked and keyed the same way."""
+        linked and keyed the same way. `within`: run first in the unit of work that applies
+        (the idle work's check that its job is still held)."""
         outcomes: list[Applied] = []
         planned: list[Planned] = []
         for operation in operations:
@@ -132,8 +138,9 @@ class Applier:
         same = await self._service.restatements(user_id, deleting) if deleting else {}
         if planned or new or rekeyed or queue is not None:
             outcomes += await self._commit(
-                user_id, planned, job_id, queue, observed_at, new, same=same, rekeyed=rekeyed
-            )
+                user_id, planned, job_id, queue, observed_at, new, same=same, rekeyed=rekeyed,
+                within=within,
+            )  # fmt: skip
         return outcomes
 
     async def _episode_keys(
@@ -201,11 +208,14 @@ class Applier:
         *,
         same: Mapping[str, Mapping[int, float]] | None = None,
         rekeyed: Mapping[str, tuple[str, Embedded]] | None = None,
+        within: Within | None = None,
     ) -> list[Applied]:
         outcomes: list[Applied] = []
         async with self._service.store.writing(user_id, MemorySource.MANAGER, job_id=job_id) as w:
             if queue is not None and not await queue.consume(w, job_id):
                 raise JobGone(job_id)
+            if within is not None:
+                await within(w)
             if any(p.operation.op is Op.DELETE for p in planned):
                 await w.lock()  # a delete elsewhere must not take what this job reads next
             rows = await w.rows([p.memory_id for p in planned if p.memory_id])

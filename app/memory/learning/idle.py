@@ -1,6 +1,9 @@
-"""The idle job's work on one quiet user's memories (:mod:`.idle_jobs` queues it): forgetting
-over the capacities (:mod:`app.memory.aging.forgetting`), in the unit of work that consumes the
-job (exactly once) and records the version the work was done for; bounded by
+"""The idle job's work on one quiet user's memories (:mod:`.idle_jobs` queues it): consolidation
+of the facts written since the last one (:mod:`.consolidation`, each merge or supersession in a
+unit of its own), after the words of conversations that gave no fact are distilled
+(:mod:`.distilling`), then forgetting over the capacities (:mod:`app.memory.aging.forgetting`), in
+the unit of work that consumes the job (exactly once) and records the version the work was done
+for (or the one consolidation stopped at, to go on from); bounded by
 ``MEMPROXY_IDLE_JOB_TIMEOUT_SECONDS`` (past it the job is retried, as a Manager job is). The
 forgotten memories past their keep time are erased apart, every user's, now and then
 (:meth:`IdleWork.purge`)."""
@@ -8,6 +11,7 @@ forgotten memories past their keep time are erased apart, every user's, now and 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -15,8 +19,11 @@ from dataclasses import dataclass
 from app.config import Settings
 from app.memory.aging.forgetting import Forgetting, Leaving
 from app.memory.learning.applier import JobGone
+from app.memory.learning.consolidation import Consolidation, Tidied
+from app.memory.learning.distilling import Distilled, Distilling
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.leases import Job
+from app.memory.learning.manager import Manager
 from app.memory.service import MemoryService
 from app.memory.store.unit import Writer
 from app.metrics import Metrics
@@ -34,14 +41,24 @@ class Upkept:
     """What one idle job did."""
 
     forgotten: list[Leaving]
+    tidied: Tidied
+    distilled: Distilled
 
 
 class IdleWork:
     def __init__(
-        self, queue: JobQueue, service: MemoryService, settings: Settings, metrics: Metrics
+        self,
+        queue: JobQueue,
+        service: MemoryService,
+        settings: Settings,
+        metrics: Metrics,
+        manager: Manager | None = None,
     ) -> None:
+        """`manager`: whom consolidation asks (None: near copies are merged, nothing asked)."""
         self._queue = queue
         self.forgetting = Forgetting.configured(service, settings)
+        self.consolidation = Consolidation(service, manager, settings)
+        self.distilling = Distilling(service, manager, settings)
         self._timeout = settings.idle_job_timeout_seconds
         self._quiet = settings.idle_seconds
         self._metrics = metrics
@@ -96,7 +113,25 @@ class IdleWork:
         self._metrics.idle_jobs.inc()
         for memory in done.forgotten:
             self._metrics.memories_forgotten.labels(memory.type).inc()
-        logger.info("idle job %s done: %d memories forgotten", job.id, len(done.forgotten))
+        tidied = done.tidied
+        for result, count in (("merged", tidied.merged), ("superseded", tidied.superseded)):
+            if count:
+                self._metrics.memories_consolidated.labels(result).inc(count)
+        used = tidied.asked - tidied.refused
+        for outcome, count in (("used", used), ("refused", tidied.refused)):
+            if count > 0:
+                self._metrics.consolidation_questions.labels(outcome).inc(count)
+        distilled = done.distilled
+        if distilled.facts:
+            self._metrics.distilled_facts.inc(distilled.facts)
+        logger.info(
+            "idle job %s done: %d facts from %d conversations' words; %d facts merged, %d "
+            "superseded (%d questions, %d refused)%s; %d memories forgotten", job.id,
+            distilled.facts, distilled.conversations, tidied.merged, tidied.superseded,
+            tidied.asked, tidied.refused,
+            "" if tidied.stopped_at is None and distilled.stopped_at is None
+            else ", stopped at its bound", len(done.forgotten),
+        )  # fmt: skip
 
     async def run(self, job: Job) -> Upkept:
         """Do the job's work and consume it; :class:`JobGone` when this process no longer held
@@ -106,8 +141,22 @@ class IdleWork:
             if not await self._queue.consume(w, job.id):
                 raise JobGone(job.id)
 
+        since = int(job.payload.get("since") or 0)
+        holds = functools.partial(self._queue.holds, job_id=job.id)
+        started = time.monotonic()
         async with asyncio.timeout(self._timeout):
+            # a third of the time to distil, up to two thirds to consolidate, the rest to forget
+            distilled = await self.distilling.run(
+                job.user_id, since=since, model=job.model, job_id=job.id, holds=holds,
+                deadline=started + self._timeout / 3,
+            )  # fmt: skip
+            tidied = await self.consolidation.run(
+                job.user_id, since=since, model=job.model, job_id=job.id, holds=holds,
+                deadline=started + self._timeout * 2 / 3,
+            )  # fmt: skip
+            stops = [v for v in (distilled.stopped_at, tidied.stopped_at) if v is not None]
+            done = functools.partial(self._queue.idle_done, upto=min(stops, default=None))
             forgot = await self.forgetting.forget(
-                job.user_id, job_id=job.id, within=consume, after=self._queue.idle_done
+                job.user_id, job_id=job.id, within=consume, after=done
             )
-        return Upkept(forgot.leaving)
+        return Upkept(forgot.leaving, tidied, distilled)

@@ -40,12 +40,23 @@ def idle_job_id(user_id: str, version: int, *, over: bool = False) -> str:
     return f"{IDLE_JOB}{digest}-{version}{OVER_JOB if over else ''}"
 
 
-def _row(user_id: str, version: int, stamp: datetime, *, over: bool = False) -> dict[str, Any]:
+def _row(
+    user_id: str,
+    version: int,
+    stamp: datetime,
+    model: str | None,
+    since: int | None,
+    *,
+    over: bool = False,
+) -> dict[str, Any]:
+    """The idle job's row; its `model` is the one of the user's last chat with a job (the idle
+    work asks it, unless MEMPROXY_MANAGER_MODEL names one; "": no chat's job ever), `since` the
+    version the user's last idle work was done for (what was written after it is new to it)."""
     return {
         "id": idle_job_id(user_id, version, over=over), "user_id": user_id, "explicit": False,
         "status": JobStatus.QUEUED.value, "attempts": 0, "next_attempt_at": stamp,
-        "payload": {"model": "", "context": [], "new": [], "fingerprints": [],
-                    "version": version},
+        "payload": {"model": model or "", "context": [], "new": [], "fingerprints": [],
+                    "version": version, "since": since or 0},
         "created_at": stamp,
     }  # fmt: skip
 
@@ -75,7 +86,9 @@ class IdleJobs(Leases):
             .order_by(Memory.seq.desc()).limit(1).scalar_subquery()
         )  # fmt: skip
         due = (
-            select(UserState.user_id, UserState.version)
+            select(
+                UserState.user_id, UserState.version, ManagerState.model, ManagerState.idle_version
+            )
             .outerjoin(ManagerState, ManagerState.user_id == UserState.user_id)
             .where(
                 UserState.version > func.coalesce(ManagerState.idle_version, 0),
@@ -90,7 +103,8 @@ class IdleJobs(Leases):
             found = list(await session.execute(due))
         if not found:
             return 0
-        rows = [_row(user_id, int(version), stamp) for user_id, version in found]
+        rows = [_row(user_id, int(version), stamp, model, since)
+                for user_id, version, model, since in found]  # fmt: skip
         async with writing(self._sessions) as session:
             return await _insert(session, rows)
 
@@ -106,14 +120,22 @@ class IdleJobs(Leases):
             version = await session.scalar(
                 select(UserState.version).where(UserState.user_id == user_id)
             )
+            state = (await session.execute(
+                select(ManagerState.model, ManagerState.idle_version)
+                .where(ManagerState.user_id == user_id)
+            )).first()  # fmt: skip
             if waiting is not None or version is None:
                 return False
-            return await _insert(session, [_row(user_id, int(version), stamp, over=True)]) > 0
+            model, since = state if state is not None else (None, None)
+            row = _row(user_id, int(version), stamp, model, since, over=True)
+            return await _insert(session, [row]) > 0
 
-    async def idle_done(self, w: Writer) -> None:
+    async def idle_done(self, w: Writer, *, upto: int | None = None) -> None:
         """In the unit `w` that consumes the user's idle job (its lock taken): their idle work
-        is done as of the version `w` commits; none is due until their memories change again."""
-        version = await w.committing()
+        is done as of the version `w` commits (none is due until their memories change again),
+        or only `upto` that version (it stopped at its bound: the next idle job goes on from
+        there)."""
+        version = await w.committing() if upto is None else upto
         statement = w.insert(ManagerState).values(user_id=w.user_id, idle_version=version)
         await w.execute(statement.on_conflict_do_update(
             index_elements=[ManagerState.user_id], set_={"idle_version": version}

@@ -249,9 +249,10 @@ class JobQueue(IdleJobs):
         insert = insert_for(session)
         await session.execute(
             insert(ManagerState)
-            .values(user_id=job.user_id, last_job_at=due)
-            .on_conflict_do_update(index_elements=[ManagerState.user_id], set_={"last_job_at": due})
-        )
+            .values(user_id=job.user_id, last_job_at=due, model=job.payload["model"])
+            .on_conflict_do_update(index_elements=[ManagerState.user_id],
+                                   set_={"last_job_at": due, "model": job.payload["model"]})
+        )  # fmt: skip
         await session.flush()
         return Queued(job.id, await self._trim(session))
 

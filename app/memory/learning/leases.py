@@ -260,6 +260,21 @@ class Leases(JobBook):
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
+    async def holds(self, w: Writer, job_id: str) -> bool:
+        """Whether this process still holds the job, read inside the unit of work `w` (row
+        locked where the database can): a job whose work is written in several units (an
+        idle job's) checks it in each."""
+        found = await w.execute(
+            select(ManagerJob.key)
+            .where(
+                ManagerJob.id == job_id,
+                ManagerJob.owner == self.owner,
+                ManagerJob.status == JobStatus.RUNNING.value,
+            )
+            .with_for_update()
+        )
+        return found.first() is not None
+
     async def _hand_back(self, job_id: str, *, within: Writer | None = None, **values: Any) -> bool:
         statement = (
             update(ManagerJob)

@@ -36,9 +36,9 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx2
 from pydantic import BaseModel
@@ -83,6 +83,8 @@ REFUSED_STATUSES = frozenset({400, 404, 405, 415, 422, 500, 501})
 ``json_schema`` request with a 500): ``auto`` tries the next mode."""
 
 CONNECT_TIMEOUT_SECONDS = 10.0
+T = TypeVar("T")
+AnswerT = TypeVar("AnswerT", bound=BaseModel)
 
 
 def build_http_client(
@@ -151,9 +153,53 @@ class Manager:
         prompt = "" if two else build_prompt(
             now=now, memories=memories, context=context, new=new, role_aware=s.role_aware
         )  # fmt: skip
+
+        async def attempt(model: Model, mode: OutputMode, usage: RunUsage,
+                          budget: JobBudget) -> list[Operation]:  # fmt: skip
+            if two:
+                return await staged.decide(
+                    functools.partial(self._answer, model, mode, usage, budget),
+                    lookup or staged.Listed(memories), context=context, new=new,
+                    budget=budget.spent, look_again=s.manager_second_look,
+                )  # fmt: skip
+            return await self._ask(model, mode, prompt, usage, budget, len(memories))
+
+        return await self._asking(request_model, attempt, RunUsage())
+
+    async def ask(
+        self,
+        request_model: str,
+        schema: type[AnswerT],
+        instructions_text: str,
+        prompt: str,
+        *,
+        usage: RunUsage | None = None,
+    ) -> AnswerT:
+        """One answer of the model as `schema` to `prompt` (the idle work's questions), with
+        what :meth:`decide` has: the output modes, retries, the time and token bounds of one
+        job (`usage`, shared by a caller's several questions, counts against the tokens), and
+        the same two failures."""
+
+        async def attempt(model: Model, mode: OutputMode, usage: RunUsage,
+                          budget: JobBudget) -> AnswerT:  # fmt: skip
+            answer = await self._answer(model, mode, usage, budget, schema, instructions_text,
+                                        prompt)  # fmt: skip
+            assert isinstance(answer, schema)
+            return answer
+
+        return await self._asking(request_model, attempt, usage or RunUsage())
+
+    async def _asking(
+        self,
+        request_model: str,
+        attempt: Callable[[Model, OutputMode, RunUsage, JobBudget], Awaitable[T]],
+        usage: RunUsage,
+    ) -> T:
+        """`attempt` in each output mode in turn (:meth:`_modes`) until one gives an answer,
+        within the job's bounds; raises as the module says."""
+        s = self._settings
         model = self.model_for(request_model)
-        where = (self._base_url, name)
-        usage = RunUsage()
+        where = (self._base_url, s.manager_model or request_model)
         budget = JobBudget(s, usage)
         unusable: ManagerAnswerUnusable | None = None
         refused: BaseException | None = None
@@ -163,15 +209,7 @@ class Manager:
                     if usage.output_tokens >= s.manager_job_max_tokens:
                         break  # the job's budget is spent: no other mode gets a go
                     try:
-                        if two:
-                            operations = await staged.decide(
-                                functools.partial(self._answer, model, mode, usage, budget),
-                                lookup or staged.Listed(memories), context=context, new=new,
-                                budget=budget.spent, look_again=s.manager_second_look,
-                            )  # fmt: skip
-                        else:
-                            operations = await self._ask(model, mode, prompt, usage, budget,
-                                                         len(memories))  # fmt: skip
+                        answer = await attempt(model, mode, usage, budget)
                     except ManagerAnswerUnusable as exc:
                         unusable = exc
                         continue
@@ -183,7 +221,7 @@ class Manager:
                     if self._works.get(where) != mode:
                         logger.info("%s: output mode %s works", self.where(request_model), mode)
                         self._works[where] = mode
-                    return operations
+                    return answer
         except Exception as exc:
             if self._model is not None and not isinstance(exc, TimeoutError):
                 raise  # a test's stand-in: no server to name
@@ -192,7 +230,9 @@ class Manager:
         if unusable is not None:
             raise ManagerAnswerUnusable(f"{self.where(request_model)}: {unusable}",
                                         unusable.answer)  # fmt: skip
-        assert refused is not None
+        if refused is None:  # the budget was spent before any mode was tried
+            raise ManagerAnswerUnusable(f"{self.where(request_model)}: no output tokens left "
+                                        "(MEMPROXY_MANAGER_JOB_MAX_TOKENS)", "")  # fmt: skip
         cause = cause_of(refused, s.manager_timeout_seconds, s.manager_job_timeout_seconds)
         raise ManagerUnavailable(f"{self.where(request_model)}: {cause}") from refused
 

@@ -22,26 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from contextlib import suppress
 
-from pydantic_ai.messages import ModelMessage, ModelRequest
-
 from app.config import Settings
-from app.memory.learning.after_model import after_model
 from app.memory.learning.applier import Applier, JobGone
-from app.memory.learning.decisions import Operation
-from app.memory.learning.episodes import episode_texts
-from app.memory.learning.extraction import CONTEXT_TURNS
-from app.memory.learning.grounding import Grounds, with_requests
+from app.memory.learning.deciding import decide
 from app.memory.learning.idle import IdleWork
 from app.memory.learning.job_kinds import IDLE_JOB
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.leases import Job
 from app.memory.learning.manager import Manager, ManagerAnswerUnusable, ManagerUnavailable
-from app.memory.learning.parking import KEPT, kept_episodes, park
-from app.memory.learning.shown import ShownMemories
-from app.memory.learning.turns import text_of
+from app.memory.learning.parking import kept_episodes, park
 from app.memory.service import MemoryService
 from app.metrics import Metrics
 
@@ -71,7 +62,7 @@ class Worker:
         self._concurrency = settings.manager_concurrency
         self._attempts = settings.manager_job_attempts
         self._retry_seconds = settings.manager_retry_seconds
-        self.idle = IdleWork(queue, service, settings, self._metrics)
+        self.idle = IdleWork(queue, service, settings, self._metrics, manager)
         self._wakeup = asyncio.Event()
         self._running: dict[asyncio.Task[None], str] = {}
         self._loop_task: asyncio.Task[None] | None = None
@@ -175,12 +166,12 @@ class Worker:
             if job.id.startswith(IDLE_JOB):
                 await self.idle.work(job)
                 return
-            operations, aliases, grounds, episodes = await self._decide(job)
+            decided = await decide(self._manager, self._service, job, episodes=self._episodes)
             try:
                 outcomes = await self._applier.apply(
-                    job.user_id, operations, aliases, job_id=job.id, queue=self._queue,
-                    grounds=grounds, observed_at=job.created_at, episodes=episodes,
-                    kept=kept_episodes(job),
+                    job.user_id, decided.operations, decided.aliases, job_id=job.id,
+                    queue=self._queue, grounds=decided.grounds, observed_at=job.created_at,
+                    episodes=decided.episodes, kept=kept_episodes(job),
                 )  # fmt: skip
             except JobGone:
                 self._metrics.jobs_skipped.inc()
@@ -218,29 +209,6 @@ class Worker:
                 logger.info("job %s failed (%s); retrying in %.0f s", job.id, reason, delay)
                 _held(await self._queue.retry_later(job.id, reason, delay), job)
 
-    async def _decide(self, job: Job) -> tuple[list[Operation], dict[int, str], Grounds, list[str]]:
-        """The Manager's operations as the rules leave them, the aliases it was shown, the
-        grounds its writes are checked on, and the texts of the job's episodes (none when they
-        are off)."""
-        context, new = job.turns()
-        context = context[-CONTEXT_TURNS:]
-        book = ShownMemories(self._service, job.user_id, job.created_at)
-        related = await book.related([text_of(t) for t in new if isinstance(t, ModelRequest)])
-        # The day the user said it, not today: "tomorrow" in a job that waited is that day's.
-        operations = await self._manager.decide(
-            job.model, memories=related, context=context, new=new, now=job.created_at,
-            lookup=book,
-        )  # fmt: skip
-        # Up to ~100 turns of 8,000 characters: stemming and searching them would hold the loop.
-        grounds = await asyncio.to_thread(
-            Grounds.of, [*context, *new], book.shown, new, job.created_at
-        )
-        operations = await asyncio.to_thread(_ruled, operations, new, grounds)
-        # A job parked before wrote its episodes then (parking.py): they are not written twice.
-        write = self._episodes and KEPT not in job.payload
-        episodes = await asyncio.to_thread(episode_texts, context, new) if write else []
-        return operations, book.aliases, grounds, episodes
-
     async def _park(self, job: Job, reason: str, *, answer: str | None = None) -> bool:
         """Park the job for good, keeping its episodes (:mod:`app.memory.learning.parking`); if
         they cannot be kept (embedding them failed, say), parked without them, as before."""
@@ -252,17 +220,6 @@ class Worker:
             logger.warning("job %s: its episodes could not be kept; parked without them", job.id,
                            exc_info=True)  # fmt: skip
             return await self._queue.park(job.id, reason, answer=answer)
-
-
-def _ruled(
-    operations: list[Operation], new: Sequence[ModelMessage], grounds: Grounds
-) -> list[Operation]:
-    """The rules after the model (:mod:`app.memory.learning.after_model`), then what the user
-    explicitly asked to remember if what is left leaves it out, itself through the rules (a
-    request is stored in the third person too; the rules leave what they kept as it is)."""
-    kept, _ = after_model(operations, grounds)
-    final, _ = after_model(with_requests(kept, new, grounds), grounds)
-    return final
 
 
 def _held(held: bool, job: Job) -> None:

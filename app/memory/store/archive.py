@@ -53,6 +53,10 @@ class Forgotten:
     links: list[str]
     reason: str
     forgotten_at: datetime
+    cause: str = "forgotten"
+    """``forgotten`` (over a capacity), ``merged`` or ``superseded`` (consolidation)."""
+    ended_at: datetime | None = None
+    """For a superseded fact: when it stopped being true."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,8 @@ def _forgotten(row: ForgottenMemory) -> Forgotten:
         row.id, row.content, row.type, dict(row.meta or {}), row.source, aware(row.created_at),
         aware(row.observed_at), row.recall_count,
         aware(row.last_recalled_at) if row.last_recalled_at else None, row.index_text,
-        list(row.links or []), row.reason, aware(row.forgotten_at),
+        list(row.links or []), row.reason, aware(row.forgotten_at), row.cause or "forgotten",
+        aware(row.ended_at) if row.ended_at else None,
     )  # fmt: skip
 
 
@@ -116,11 +121,27 @@ async def standing(execute: Execute, user_id: str) -> list[Standing]:
     ]  # fmt: skip
 
 
-async def forget(w: Writer, reasons: Mapping[int, str]) -> dict[int, str]:
+CAUSES = {"forgotten": EventAction.FORGOTTEN, "merged": EventAction.MERGED,
+          "superseded": EventAction.SUPERSEDED}  # fmt: skip
+"""Why a memory leaves for the archive, and the event that says so."""
+
+
+async def forget(
+    w: Writer,
+    reasons: Mapping[int, str],
+    *,
+    cause: str = "forgotten",
+    ended_at: Mapping[int, datetime] | None = None,
+    profile: bool = False,
+) -> dict[int, str]:
     """Move the user's memories with these keys into the archive, each with its reason (in its
-    ``forgotten`` event and its archive row), inside the unit `w` (its lock taken: what is read
-    here stays true until it commits). Pinned and profile memories, and keys that are not the
-    user's (or gone meanwhile), are left alone. The words of each memory moved, by key."""
+    event, of the `cause`, and its archive row), inside the unit `w` (its lock taken: what is
+    read here stays true until it commits); `ended_at`: when each stopped being true (a
+    superseded fact). Pinned memories, profile ones unless `profile` (consolidation: another
+    fact says what it said), and keys that are not the user's (or gone meanwhile), are left
+    alone. The words of each memory moved, by key."""
+    action = CAUSES[cause]
+    ended = ended_at or {}
     wanted = list(reasons)
     moved: dict[int, str] = {}
     stamp = now()
@@ -130,7 +151,7 @@ async def forget(w: Writer, reasons: Mapping[int, str]) -> dict[int, str]:
             (await w.execute(
                 select(Memory).where(
                     Memory.user_id == w.user_id, Memory.key.in_(chunk),
-                    Memory.pinned.is_(False), Memory.profile.is_(False),
+                    Memory.pinned.is_(False), *(() if profile else (Memory.profile.is_(False),)),
                 )
             )).scalars()
         )  # fmt: skip
@@ -161,11 +182,12 @@ async def forget(w: Writer, reasons: Mapping[int, str]) -> dict[int, str]:
              "meta": dict(row.meta or {}), "source": row.source, "created_at": row.created_at,
              "observed_at": row.observed_at, "recall_count": row.recall_count,
              "last_recalled_at": row.last_recalled_at, "index_text": row.index_text,
-             "links": linked[row.id], "reason": reasons[row.key], "forgotten_at": stamp}
+             "links": linked[row.id], "reason": reasons[row.key], "forgotten_at": stamp,
+             "cause": cause, "ended_at": ended.get(row.key)}
             for row in rows
         ])  # fmt: skip
         for row in rows:
-            w.note(row.id, EventAction.FORGOTTEN, before=row.content, detail=reasons[row.key])
+            w.note(row.id, action, before=row.content, detail=reasons[row.key])
         keys = [row.key for row in rows]
         await w.execute(delete(Memory).where(Memory.key.in_(keys)))
         moved.update((row.key, row.content) for row in rows)

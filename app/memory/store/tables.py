@@ -90,6 +90,12 @@ class EventAction(StrEnum):
     FORGOTTEN = "forgotten"
     """Left the memories for the archive (:class:`ForgottenMemory`), with the reason: it can be
     put back from there (then ``created`` again, same id, saying so)."""
+    MERGED = "merged"
+    """Consolidation merged it into another fact (named in the detail), which says what it
+    said; archived as a forgotten memory is."""
+    SUPERSEDED = "superseded"
+    """Stopped being true (a newer fact, named in the detail, says what is): archived with the
+    date it ended, never recalled again."""
 
 
 class Base(DeclarativeBase):
@@ -182,6 +188,11 @@ class ForgottenMemory(Base):
     linked again on restore where they still exist."""
     reason: Mapped[str] = mapped_column(Text)
     forgotten_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    cause: Mapped[str] = mapped_column(String(16), default="forgotten", server_default="forgotten")
+    """Why it left: ``forgotten`` (over a capacity), ``merged`` or ``superseded``
+    (consolidation, :mod:`app.memory.learning.consolidation`)."""
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    """For a superseded fact: when it stopped being true (the newer fact's saying)."""
 
     __table_args__ = (Index("ix_forgotten_memories_user_when", "user_id", "forgotten_at"),)
 
@@ -283,3 +294,6 @@ class ManagerState(Base):
     idle_version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     """The user's version (:class:`UserState`) when their idle-time work last finished: more
     work is due once the version has moved past it (:mod:`app.memory.learning.idle_jobs`)."""
+    model: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    """The model of the user's last chat with a job: the idle work's, unless
+    MEMPROXY_MANAGER_MODEL names one."""

@@ -293,7 +293,9 @@ async function loadForgotten() {
   $("forgotten").replaceChildren(...found.data.map((m) => el("li", { class: "memory forgotten" },
     el("p", { class: "content" }, m.content),
     el("div", { class: "meta" }, el("span", { class: "badge" }, m.type),
-       `forgotten ${when(m.forgotten_at)} · erased after ${when(m.erased_after)}`,
+       m.cause !== "forgotten" ? el("span", { class: "badge" }, m.cause) : null,
+       m.ended_at ? `true until ${when(m.ended_at)} · ` : null,
+       `${m.cause} ${when(m.forgotten_at)} · erased after ${when(m.erased_after)}`,
        el("code", { class: "id" }, m.id)),
     el("p", { class: "muted" }, m.reason),
     el("button", { type: "button", onclick: guarded(async () => {

@@ -1,0 +1,260 @@
+"""Consolidation at idle time: the facts a user's memories gained since their last idle job,
+each with the user's facts nearest it, made into fewer and truer facts.
+
+For each new fact (oldest written first), the user's facts at least
+``MEMPROXY_CONSOLIDATION_COSINE`` like it (at most :data:`NEIGHBOURS`):
+
+- those nearly its copy (cosine above ``MEMPROXY_DEDUP_THRESHOLD``) merge into whichever of the
+  two was said last, in its words: the newest truth, no model needed;
+- with the others, the Manager's model (``MEMPROXY_MANAGER_MODEL``, else the model of the
+  user's last chat) is shown the group, oldest said first with its day, and answers
+  :class:`Tidy`: which say the same thing (merged into one memory it writes, kept only when
+  its words are the group's and each fact merged is at least :data:`SAME_COSINE` like the one
+  it goes into), and which a newer fact of the group shows no longer true (superseded, with
+  the day the newer one was said).
+
+What leaves goes to the forgotten memories with its cause and an event naming the fact that
+holds it (:mod:`app.memory.store.merging`), and can be put back from there. Bounds: the idle
+job's time (two thirds of ``MEMPROXY_IDLE_JOB_TIMEOUT_SECONDS``), the Manager's output tokens for
+one job (``MEMPROXY_MANAGER_JOB_MAX_TOKENS``) and :data:`MAX_ASKED` questions; a run stopped by
+one says where, and the next idle job goes on from there (the rest of facts written in one
+unit with ones it went through, an import's, is passed over: every run gets on). A question
+the model cannot answer usably leaves its group as it is; an unreachable model ends the asking
+for this job (the near copies are still merged). Each merge or supersession is a unit of work
+of its own, written only while the idle job is still this process's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, Field
+from pydantic_ai.usage import RunUsage
+
+from app.config import Settings
+from app.memory.learning.applier import JobGone
+from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
+from app.memory.learning.manager import Manager
+from app.memory.search.lexical import Analyzer
+from app.memory.search.parts import decode, embed_for_store
+from app.memory.service import MemoryService
+from app.memory.store.merging import Fact, facts, merge, supersede
+from app.memory.store.tables import MemorySource
+from app.memory.store.unit import Writer
+
+logger = logging.getLogger("memproxy.manager")
+
+Holds = Callable[[Writer], Awaitable[bool]]
+"""Whether the process still holds the idle job, asked in each unit that writes: one that lost
+it (its lease ran out) writes nothing more (:class:`JobGone`)."""
+
+NEIGHBOURS = 3
+"""Facts shown with a new one at most: the model judges a small group well."""
+SAME_COSINE = 0.6
+"""A fact the model calls the same as another is merged only this like it: measured with
+MiniLM, "Lives in Lyon" / "Moved to Paris" 0.58 (a fact superseded, not merged), "Has a dog
+named Max" / "Their dog Max is a beagle" 0.75, "Likes hiking" / "Enjoys hiking in the
+mountains on weekends" 0.70."""
+MAX_ASKED = 50
+"""Questions to the model in one idle job at most."""
+NEW_WORDS = 1
+"""Words of a merged memory that none of its facts has, at most (a joining word)."""
+
+INSTRUCTIONS = """You keep a person's memory tidy. You are shown a few memories about the \
+user, numbered, oldest first, each with the day it was said. Answer with:
+- "same": the numbers of the memories that say the same thing, or where one says part of what \
+another says (two or more numbers), else an empty list;
+- "memory": when "same" has numbers, one short memory that says everything they say, in the \
+third person; where they differ, the newest is true. Else "";
+- "outdated": the numbers of memories that a newer memory in the list shows are no longer \
+true (the user moved, changed jobs, stopped doing something, changed their mind), else an \
+empty list.
+Memories about different things, or that can all be true at once, are neither the same nor \
+outdated: answer empty lists."""
+
+
+class Tidy(BaseModel):
+    """The model's answer about one group of facts."""
+
+    same: list[int] = Field(default_factory=list)
+    memory: str = ""
+    outdated: list[int] = Field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Tidied:
+    """What one run did."""
+
+    merged: int = 0
+    superseded: int = 0
+    asked: int = 0
+    refused: int = 0
+    """Answers not used: unusable, or a merge whose words were not the group's."""
+    stopped_at: int | None = None
+    """The version to go on from (a bound stopped the run), or None when it got through."""
+    gone: set[str] = field(default_factory=set)
+
+
+class Consolidation:
+    def __init__(self, service: MemoryService, manager: Manager | None, settings: Settings) -> None:
+        self._service = service
+        self._manager = manager
+        self._settings = settings
+        self._analyzer = Analyzer()
+        self._holds: Holds | None = None
+
+    async def run(
+        self,
+        user_id: str,
+        *,
+        since: int,
+        model: str,
+        job_id: str,
+        holds: Holds | None = None,
+        deadline: float | None = None,
+    ) -> Tidied:
+        """Consolidate the user's facts written after version `since` (the module docstring);
+        `model`: the model of the user's last chat (the Manager's unless one is configured);
+        no question asked past `deadline` (``time.monotonic()``; by default two thirds of the
+        idle job's time from now)."""
+        self._holds = holds
+        s = self._settings
+        done = Tidied()
+        if not s.consolidation:
+            return done
+        if deadline is None:
+            deadline = time.monotonic() + s.idle_job_timeout_seconds * 2 / 3
+        usage = RunUsage()
+        asking = self._manager is not None and bool(s.manager_model or model)
+        store = self._service.store
+        async with store.sessions() as session:
+            every = [f for f in await facts(session.execute, user_id) if f.embedding]
+        if not every:
+            return done
+        dim = self._service.embedder.dim
+        vectors = np.stack([decode(f.embedding or b"", dim)[0] for f in every])
+        fresh = sorted((i for i, f in enumerate(every) if f.seq > since),
+                       key=lambda i: every[i].seq)  # fmt: skip
+        begun: int | None = None  # the version whose facts are being gone through
+        for i in fresh:
+            fact = every[i]
+            if fact.id in done.gone:
+                continue
+            if asking and (time.monotonic() > deadline or done.asked >= MAX_ASKED
+                           or usage.output_tokens >= s.manager_job_max_tokens):  # fmt: skip
+                # The next run goes on from here; the rest of facts written together with ones
+                # gone through already (an import's) is passed over, so that every run gets on.
+                done.stopped_at = fact.seq if fact.seq == begun else fact.seq - 1
+                break
+            begun = fact.seq
+            near = self._near(vectors, i, every, done.gone)
+            copies = [j for j, c in near if c >= s.dedup_threshold]
+            for j in copies:  # the newest truth: the one said last, in its words
+                if fact.id in done.gone:
+                    break
+                newer, older = (fact, every[j]) if fact.observed_at >= every[j].observed_at \
+                    else (every[j], fact)  # fmt: skip
+                if older.pinned:
+                    continue  # a pinned fact keeps its words and stays
+                await self._merge(user_id, newer, [older], newer.content, job_id, done)
+            if fact.id in done.gone:
+                continue
+            group = [fact, *(every[j] for j, c in near if c < s.dedup_threshold)]
+            if asking and len(group) > 1:
+                try:
+                    await self._ask(user_id, group, vectors, every, model, usage, job_id, done)
+                except ManagerUnavailable as exc:
+                    logger.info("job %s: consolidation stops: %s", job_id, exc)
+                    asking = False
+        return done
+
+    def _near(
+        self, vectors: np.ndarray, i: int, every: Sequence[Fact], gone: set[str]
+    ) -> list[tuple[int, float]]:
+        """The facts nearest fact `i`, as (position, cosine), nearest first."""
+        cosines = vectors @ vectors[i]
+        order = np.argsort(-cosines)
+        return [
+            (int(j), float(cosines[j]))
+            for j in order[: NEIGHBOURS + 1 + len(gone)]
+            if j != i and every[j].id not in gone
+            and cosines[j] >= self._settings.consolidation_cosine
+        ][:NEIGHBOURS]  # fmt: skip
+
+    async def _ask(
+        self,
+        user_id: str,
+        group: list[Fact],
+        vectors: np.ndarray,
+        every: Sequence[Fact],
+        model: str,
+        usage: RunUsage,
+        job_id: str,
+        done: Tidied,
+    ) -> None:
+        """Ask the model about `group` and do what it says, where the checks allow."""
+        assert self._manager is not None
+        group = sorted(group, key=lambda f: (f.observed_at, f.key))
+        prompt = "\n".join(
+            f"[{n}] ({f.observed_at.strftime('%d %B %Y')}) {' '.join(f.content.split())}"
+            for n, f in enumerate(group, 1)
+        )
+        done.asked += 1
+        try:
+            tidy = await self._manager.ask(model, Tidy, INSTRUCTIONS, prompt, usage=usage)
+        except ManagerAnswerUnusable as exc:
+            logger.info("job %s: consolidation answer unusable: %s", job_id, exc)
+            done.refused += 1
+            return
+        at = {f.id: n for n, f in enumerate(every)}
+        same = [group[n - 1] for n in dict.fromkeys(tidy.same) if 1 <= n <= len(group)]
+        if len(same) >= 2 and any(f.pinned for f in same):
+            done.refused += 1  # a pinned fact keeps its words and stays
+        elif len(same) >= 2:
+            into = max(same, key=lambda f: (f.observed_at, f.key))
+            like = vectors[at[into.id]]
+            alike = [f for f in same if f is not into
+                     and float(vectors[at[f.id]] @ like) >= SAME_COSINE]  # fmt: skip
+            text = " ".join(tidy.memory.split())
+            if alike and text and self._grounded(text, [into, *alike]):
+                await self._merge(user_id, into, alike, text, job_id, done)
+            else:
+                done.refused += 1
+        newest = max(group, key=lambda f: (f.observed_at, f.key))
+        for n in dict.fromkeys(tidy.outdated):
+            if 1 <= n <= len(group) and (older := group[n - 1]) is not newest:
+                if older.id in done.gone or newest.id in done.gone:
+                    continue
+                async with self._writing(user_id, job_id) as w:
+                    if await supersede(w, older.id, newest.id):
+                        done.superseded += 1
+                        done.gone.add(older.id)
+
+    def _grounded(self, text: str, group: Sequence[Fact]) -> bool:
+        """Whether a merged memory says nothing its facts do not (a joining word aside)."""
+        said = {t for f in group for t in self._analyzer.terms(f.content)}
+        return len([t for t in self._analyzer.terms(text) if t not in said]) <= NEW_WORDS
+
+    async def _merge(
+        self, user_id: str, into: Fact, others: list[Fact], text: str, job_id: str, done: Tidied
+    ) -> None:
+        (embedded,) = await embed_for_store(self._service.embedder, [text])
+        async with self._writing(user_id, job_id) as w:
+            merged = await merge(w, into.id, [f.id for f in others], text,
+                                 embedding=embedded.embedding, model=embedded.model)  # fmt: skip
+        if merged is not None:
+            done.merged += len(merged.gone)
+            done.gone.update(merged.gone)
+
+    @contextlib.asynccontextmanager
+    async def _writing(self, user_id: str, job_id: str) -> AsyncIterator[Writer]:
+        """A unit of work of the idle job's, that writes only while the job is still held."""
+        async with self._service.store.writing(user_id, MemorySource.UPKEEP, job_id=job_id) as w:
+            if self._holds is not None and not await self._holds(w):
+                raise JobGone(job_id)
+            yield w

@@ -1,0 +1,319 @@
+"""Consolidation at idle time (issue 27, point 2): near copies merge into the one said last
+without a model; the model merges facts that say the same (only in the facts' words, only
+facts alike) and supersedes those a newer fact shows no longer true; what leaves goes to the
+archive with its cause, an event naming the fact that holds it, its provenance handed on, and
+can be put back; pinned facts stay; a bound stops the run where the next one goes on."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+from app.memory.aging.forgetting import Forgetting
+from app.memory.learning import consolidation
+from app.memory.learning.applier import JobGone
+from app.memory.learning.consolidation import Consolidation
+from app.memory.learning.idle import IdleWork
+from app.memory.learning.manager import Manager
+from app.memory.service import MemoryService
+from app.memory.store.memories import MemoryStore
+from app.memory.store.records import NewMemory
+from app.memory.store.tables import MemoryEvent, MemoryLink, MemorySource, MemoryType
+from app.metrics import Metrics
+from tests.conftest import make_settings
+from tests.fakes import FakeEmbedder, decided
+from tests.memory.learning.support import until
+from tests.memory.learning.test_idle_jobs import chat_job, idle_jobs, queue_of, worker_for
+
+DAY = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+class Tidier:
+    """The model: answers each group by the first rule whose words are all in its prompt."""
+
+    def __init__(self, rules: list[tuple[tuple[str, ...], dict[str, Any]]]) -> None:
+        self.rules = rules
+        self.prompts: list[str] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        request = next(m for m in messages if isinstance(m, ModelRequest))
+        prompt = str(request.parts[-1].content)  # type: ignore[union-attr]
+        assert (info.instructions or "").startswith(consolidation.INSTRUCTIONS[:40])
+        self.prompts.append(prompt)
+        for words, answer in self.rules:
+            if all(w in prompt for w in words):
+                return decided(info, answer)
+        return decided(info, {"same": [], "memory": "", "outdated": []})
+
+
+def tidying(engine: AsyncEngine, rules: Any = (), **options: Any) -> tuple[Consolidation, Tidier]:
+    settings = make_settings(consolidation_cosine=0.3, **options)
+    tidier = Tidier(list(rules))
+    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(tidier))
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    return Consolidation(service, manager, settings), tidier
+
+
+async def add(service: MemoryService, user: str, *said: tuple[str, int]) -> list[str]:
+    written = await service.add(
+        user, [NewMemory(text, observed_at=DAY + timedelta(days=d)) for text, d in said]
+    )
+    return [r.id for r in written.records]
+
+
+async def events(engine: AsyncEngine, user: str, action: str) -> list[tuple[str, str | None]]:
+    async with async_sessionmaker(engine)() as session:
+        rows = await session.execute(
+            select(MemoryEvent.memory_id, MemoryEvent.detail)
+            .where(MemoryEvent.user_id == user, MemoryEvent.action == action)
+        )  # fmt: skip
+        return [(a, b) for a, b in rows]
+
+
+async def contents(service: MemoryService, user: str) -> list[str]:
+    return sorted(r.content for r in (await service.page(user, limit=100, offset=0))[0])
+
+
+async def test_near_copies_merge_into_the_one_said_last_without_a_model(
+    engine: AsyncEngine,
+) -> None:
+    tidy, tidier = tidying(engine)
+    service = tidy._service
+    older, other = await add(service, "ann", ("Lives in Oslo, Norway.", 0), ("Plays chess.", 0))
+    episode = await service.add("ann", [NewMemory("I moved to Oslo", type=MemoryType.EPISODE)])
+    async with service.store.writing("ann", MemorySource.API) as w:
+        w.link(older, episode.records[0].id)
+    (newer,) = await add(service, "ann", ("Lives in Oslo Norway", 5))
+    done = await tidy.run("ann", since=0, model="", job_id="idle-test")
+    assert (done.merged, done.superseded, done.asked) == (1, 0, 0)
+    assert tidier.prompts == []  # no model was named: only the copies merge
+    assert await contents(service, "ann") == ["I moved to Oslo", "Lives in Oslo Norway",
+                                              "Plays chess."]  # fmt: skip
+    assert await events(engine, "ann", "merged") == [(older, f"merged into {newer}: "
+                                                      "Lives in Oslo Norway")]  # fmt: skip
+    (gone,), _ = await service.store.forgotten("ann", limit=10)
+    assert (gone.id, gone.cause, gone.links) == (older, "merged", [episode.records[0].id])
+    async with async_sessionmaker(engine)() as session:
+        links = list(await session.execute(select(MemoryLink.fact_id, MemoryLink.episode_id)))
+    assert [tuple(x) for x in links] == [(newer, episode.records[0].id)]  # provenance follows
+    again = await tidy.run("ann", since=0, model="m", job_id="idle-again")
+    assert (again.merged, again.superseded) == (0, 0)
+    assert other in {r.id for r in (await service.page("ann", limit=10, offset=0))[0]}
+
+
+async def test_the_model_merges_what_says_the_same_and_supersedes_what_ended(
+    engine: AsyncEngine,
+) -> None:
+    tidy, tidier = tidying(engine, [
+        (("dog", "beagle"), {"same": [1, 2], "memory": "Has a beagle dog named Max.",
+                             "outdated": []}),
+        (("Lyon", "Paris"), {"same": [], "memory": "", "outdated": [1]}),
+    ])  # fmt: skip
+    service = tidy._service
+    dog, lyon = await add(service, "ann", ("Has a dog named Max.", 0),
+                          ("The user lives in Lyon.", 1))  # fmt: skip
+    beagle, paris = await add(service, "ann", ("Has a dog named Max, a beagle.", 20),
+                              ("The user moved to Paris.", 30))  # fmt: skip
+    done = await tidy.run("ann", since=0, model="m", job_id="idle-test")
+    assert (done.merged, done.superseded) == (1, 1)
+    assert await contents(service, "ann") == ["Has a beagle dog named Max.",
+                                              "The user moved to Paris."]  # fmt: skip
+    assert any(p.startswith("[1] (01 March 2026) Has a dog named Max.") for p in tidier.prompts)
+    merged = await service.get("ann", beagle)  # the one said last holds them
+    assert merged is not None and merged.content == "Has a beagle dog named Max."
+    assert await events(engine, "ann", "superseded") == [
+        (lyon, f"no longer true since 2026-03-31: The user moved to Paris. ({paris})")
+    ]
+    archived = {m.id: m for m in (await service.store.forgotten("ann", limit=10))[0]}
+    assert archived[lyon].cause == "superseded"
+    assert archived[lyon].ended_at == DAY + timedelta(days=30)
+    assert archived[dog].cause == "merged"
+    # put back from the archive, same id, recalled again
+    forgetting = Forgetting(service, Forgetting.configured(service, make_settings()).capacities)
+    await forgetting.restore("ann", lyon)
+    assert "The user lives in Lyon." in await contents(service, "ann")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"same": [1, 2], "memory": "Has a beagle and a cat named Rex.", "outdated": []},
+        {"same": [1, 2], "memory": "", "outdated": []},
+        {"same": [2, 7], "memory": "Has a beagle dog named Max.", "outdated": [9, 0]},
+        {"same": [], "memory": "", "outdated": [2]},  # the newest: nothing newer ended it
+    ],
+    ids=["new-words", "no-memory", "unknown-numbers", "newest-outdated"],
+)
+async def test_an_answer_the_checks_refuse_changes_nothing(
+    engine: AsyncEngine, answer: dict[str, Any]
+) -> None:
+    tidy, _ = tidying(engine, [(("dog",), answer)])
+    service = tidy._service
+    await add(service, "ann", ("Has a dog named Max.", 0), ("Has a dog named Max, a beagle.", 20))
+    done = await tidy.run("ann", since=0, model="m", job_id="idle-test")
+    assert (done.merged, done.superseded) == (0, 0)
+    assert await contents(service, "ann") == ["Has a dog named Max, a beagle.",
+                                              "Has a dog named Max."]  # fmt: skip
+
+
+async def test_pinned_facts_stay_and_keep_their_words(engine: AsyncEngine) -> None:
+    tidy, _ = tidying(engine, [
+        (("dog",), {"same": [1, 2], "memory": "Has a beagle dog named Max.", "outdated": []}),
+        (("Lyon",), {"same": [], "memory": "", "outdated": [1]}),
+    ])  # fmt: skip
+    service = tidy._service
+    await service.add("ann", [
+        NewMemory("Has a dog named Max.", pinned=True, observed_at=DAY),
+        NewMemory("The user lives in Lyon.", pinned=True, observed_at=DAY),
+        NewMemory("Lives in Oslo, Norway.", pinned=True, observed_at=DAY),
+    ])  # fmt: skip
+    await add(service, "ann", ("Has a dog named Max, a beagle.", 9), ("The user moved to Paris.", 9),
+              ("Lives in Oslo Norway", 9))  # fmt: skip
+    done = await tidy.run("ann", since=0, model="m", job_id="idle-test")
+    assert (done.merged, done.superseded) == (0, 0)
+    assert len(await contents(service, "ann")) == 6
+
+
+async def test_a_bound_stops_the_run_where_the_next_goes_on(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consolidation, "MAX_ASKED", 1)
+    tidy, tidier = tidying(engine)
+    service = tidy._service
+    for day, tea in enumerate(("green", "black", "oolong")):  # three versions
+        await add(service, "ann", (f"The user likes {tea} tea.", day))
+    first = await tidy.run("ann", since=0, model="m", job_id="idle-1")
+    assert first.asked == 1 and first.stopped_at is not None
+    second = await tidy.run("ann", since=first.stopped_at, model="m", job_id="idle-2")
+    assert second.asked == 1 and second.stopped_at is not None
+    assert second.stopped_at > first.stopped_at
+    assert len(tidier.prompts) == 2
+
+
+async def test_an_unusable_answer_leaves_the_group_and_an_unreachable_model_ends_the_asking(
+    engine: AsyncEngine,
+) -> None:
+    settings = make_settings(consolidation_cosine=0.3, manager_max_retries=0)
+    asked: list[str] = []
+
+    def babble(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked.append("x")
+        return decided(info, {"same": "everything"})
+
+    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(babble))
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    tidy = Consolidation(service, manager, settings)
+    await add(service, "ann", ("The user likes green tea.", 0), ("The user likes black tea.", 1),
+              ("Lives in Oslo, Norway.", 2), ("Lives in Oslo Norway", 3))  # fmt: skip
+    done = await tidy.run("ann", since=0, model="m", job_id="idle-test")
+    assert done.refused == done.asked > 0 and done.merged == 1  # the copies merged all the same
+
+    def down(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise TimeoutError  # as the job's time bound ends a call: the model is unavailable
+
+    tidy = Consolidation(service, Manager(settings, http_client=httpx.AsyncClient(),
+                                          model=FunctionModel(down)), settings)  # fmt: skip
+    await add(service, "bob", ("The user likes green tea.", 0), ("The user likes black tea.", 1),
+              ("The user likes oolong tea.", 2))  # fmt: skip
+    done = await tidy.run("bob", since=0, model="m", job_id="idle-test")
+    assert done.asked == 1 and done.stopped_at is None
+
+
+async def test_the_idle_job_asks_the_model_of_the_users_last_chat(engine: AsyncEngine) -> None:
+    """End to end through the worker: the chat's model is recorded, the idle job names it, the
+    model's merge is applied, and the job is done with nothing more due."""
+    settings = make_settings(idle_seconds=0.05, manager_lease_seconds=0.6,
+                             consolidation_cosine=0.3, manager_steps="one")  # fmt: skip
+    tidier = Tidier([
+        (("dog", "beagle"), {"same": [1, 2], "memory": "Has a beagle dog named Max.",
+                             "outdated": []}),
+    ])  # fmt: skip
+    seen: list[str] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if (info.instructions or "").startswith(consolidation.INSTRUCTIONS[:40]):
+            return tidier(messages, info)
+        seen.append("chat")
+        return decided(info, {"operations": []})
+
+    from app.memory.learning.worker import Worker
+
+    queue = queue_of(engine)
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(model))
+    await add(service, "ann", ("Has a dog named Max.", 0), ("Has a dog named Max, a beagle.", 20))
+    await chat_job(queue, "ann")
+    metrics = Metrics()
+    worker = Worker(queue, service, manager, settings, metrics)
+    await worker.start()
+    try:
+
+        async def merged() -> bool:
+            held = await contents(service, "ann")
+            return "Has a beagle dog named Max." in held and not await idle_jobs(queue)
+
+        await until(merged, seconds=20)
+    finally:
+        await worker.stop()
+    assert "Has a dog named Max." not in await contents(service, "ann")
+    assert seen == ["chat", "chat"]  # its words gave no fact: read once more at idle time
+    assert metrics.memories_consolidated.labels("merged")._value.get() == 1
+    assert len(tidier.prompts) == 1  # the idle job asked: its payload named the chat's "m"
+
+
+async def test_two_replicas_consolidating_at_once_merge_each_copy_once(
+    engines: list[AsyncEngine],
+) -> None:
+    service = MemoryService(MemoryStore(engines[0]), FakeEmbedder())
+    users = [f"user{i}" for i in range(5)]
+    for user in users:
+        for day, thing in enumerate(("chess", "tango", "sailing")):
+            await add(service, user, (f"Plays {thing} on Sundays.", day),
+                      (f"Plays {thing} on Sundays", day + 10))  # fmt: skip
+    workers = [worker_for(e, Metrics(), manager_concurrency=3, consolidation=True)
+               for e in engines]  # fmt: skip
+    for worker in workers:
+        await worker.start()
+    try:
+
+        async def settled() -> bool:
+            held = [len(await contents(service, user)) for user in users]
+            return held == [3] * len(users) and not await idle_jobs(queue_of(engines[0]))
+
+        await until(settled, seconds=30)
+    finally:
+        for worker in workers:
+            await worker.stop()
+    for user in users:
+        assert len(await events(engines[0], user, "merged")) == 3
+        assert await contents(service, user) == [f"Plays {t} on Sundays"
+                                                 for t in ("chess", "sailing", "tango")]  # fmt: skip
+        assert len((await service.store.forgotten(user, limit=10))[0]) == 3
+
+
+async def test_an_idle_job_another_process_took_up_consolidates_nothing(
+    engines: list[AsyncEngine],
+) -> None:
+    a, b = queue_of(engines[0]), queue_of(engines[1])
+    service = MemoryService(MemoryStore(engines[0]), FakeEmbedder())
+    await add(service, "ann", ("Plays chess on Sundays.", 0), ("Plays chess on Sundays", 3))
+    assert await a.queue_idle(0) == 1
+    (job,) = await a.claim(1, exclude_users=set())
+    await asyncio.sleep(0.9)  # A stops renewing: B takes the job up
+    assert await b.expire() == 1
+    (again,) = await b.claim(1, exclude_users=set())
+    settings = make_settings()
+    with pytest.raises(JobGone):
+        await IdleWork(a, service, settings, Metrics()).run(job)
+    assert len(await contents(service, "ann")) == 2
+    done = await IdleWork(b, service, settings, Metrics()).run(again)
+    assert done.tidied.merged == 1
+    assert await contents(service, "ann") == ["Plays chess on Sundays"]
