@@ -97,6 +97,7 @@ from app.config import Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.memory.learning.after_model import after_model  # noqa: E402
 from app.memory.learning.applier import Applied, Applier  # noqa: E402
+from app.memory.learning.consolidation import Consolidation, Tidied  # noqa: E402
 from app.memory.learning.decisions import Op, Operation  # noqa: E402
 from app.memory.learning.extraction import CONTEXT_TURNS  # noqa: E402
 from app.memory.learning.grounding import Grounds, with_requests  # noqa: E402
@@ -339,6 +340,7 @@ class Run:
         self.stats = RunStats()
         self.sessions_of_memory: dict[str, set[int]] = {}
         self.flags_of_memory: dict[str, list[str]] = {}
+        self.raw_sessions: dict[str, set[int]] = {}
 
     async def cosines(self, texts: Sequence[str], others: Sequence[str]) -> np.ndarray:
         if not texts or not others:
@@ -572,18 +574,26 @@ def score(
 
 
 async def downstream(
-    run: Run, sample: dict[str, Any], sessions: Sequence[Session], user: str
+    run: Run,
+    sample: dict[str, Any],
+    sessions: Sequence[Session],
+    user: str,
+    *,
+    baseline: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Evidence recall over the Manager's memories, and over the raw turns (the baseline)."""
+    """Evidence recall over the Manager's memories, and over the raw turns (the baseline; the
+    user `baseline` holds them already: a second look at the same run's memories)."""
     stats = run.stats
     numbers = {s.number for s in sessions}
-    baseline_user = f"{run.user_id}-raw"
+    baseline_user = baseline or f"{run.user_id}-raw"
     raw = [(d, text) for d, text in raw_turns_of(sample["conversation"])
            if session_of(d) in numbers]  # fmt: skip
-    written = await run.service.add(baseline_user, [NewMemory(content=t) for _, t in raw])
-    raw_sessions = {
-        record.id: {session_of(d)} for record, (d, _) in zip(written.records, raw, strict=True)
-    }
+    if baseline is None:
+        written = await run.service.add(baseline_user, [NewMemory(content=t) for _, t in raw])
+        run.raw_sessions = {
+            record.id: {session_of(d)} for record, (d, _) in zip(written.records, raw, strict=True)
+        }
+    raw_sessions = run.raw_sessions
     out = []
     for qa, evidence in questions_of(sample, sessions, user):
         answer = str(qa["answer"])
@@ -715,7 +725,7 @@ async def evaluate(args: argparse.Namespace, data: list[dict[str, Any]]) -> None
                     http = build_http_client(settings)
                     recorder = Recorder(http)
                     manager = Manager(settings, http_client=http)
-                    total = RunStats()
+                    total, tidied = RunStats(), RunStats()
                     try:
                         for sample in data:
                             for which in args.speakers:
@@ -728,10 +738,19 @@ async def evaluate(args: argparse.Namespace, data: list[dict[str, Any]]) -> None
                                 runs.append(await one_run(run, sample, which, args.sessions))
                                 runs[-1].update(model=model, mode=mode)
                                 total.add(run.stats)
+                                if args.consolidate:
+                                    after, record = await consolidated(
+                                        run, sample, which, args.sessions, settings
+                                    )
+                                    runs[-1]["consolidated"] = record
+                                    tidied.add(after.stats)
                     finally:
                         await http.aclose()
                     results[(model, mode)] = total
                     report({(model, mode): total})
+                    if args.consolidate:
+                        results[(model, f"{mode} consolidated")] = tidied
+                        report({(model, mode): total, (model, f"{mode} consolidated"): tidied})
     if len(results) > 1:
         print("\nAll together:")
         report(results)
@@ -772,6 +791,55 @@ async def one_run(
     }  # fmt: skip
 
 
+async def consolidated(
+    run: Run, sample: dict[str, Any], which: str, limit: int | None, settings: Settings
+) -> tuple[Run, dict[str, Any]]:
+    """The run's memories after consolidation, as idle jobs would leave them (one after the
+    other, each going on where the last stopped), measured again as `run`'s were."""
+    user = sample["conversation"][f"speaker_{which}"]
+    sessions = sessions_of(sample, user, limit)
+    tidy = Consolidation(run.service, run.manager, settings)
+    started = time.perf_counter()
+    total, since, jobs = Tidied(), 0, 0
+    while True:
+        done = await tidy.run(run.user_id, since=since, model=run.model, job_id="bench-idle")
+        jobs += 1
+        total.merged += done.merged
+        total.superseded += done.superseded
+        total.asked += done.asked
+        total.refused += done.refused
+        for gone, into in done.into.items():  # a survivor merged later hands on what it holds
+            total.into.update({k: into for k, v in total.into.items() if v == gone})
+            total.into[gone] = into
+        if done.stopped_at is None:
+            break
+        since = done.stopped_at
+    seconds = time.perf_counter() - started
+    after = Run(run.service, run.applier, run.manager, run.recorder, run.model,
+                user_id=run.user_id, chunk_turns=run.chunk_turns,
+                manager_max_tokens=run.manager_max_tokens)  # fmt: skip
+    after.sessions_of_memory = {k: set(v) for k, v in run.sessions_of_memory.items()}
+    for gone, into in total.into.items():  # provenance follows a merge
+        after.sessions_of_memory.setdefault(into, set()).update(
+            run.sessions_of_memory.get(gone, set())
+        )
+    after.flags_of_memory = dict(run.flags_of_memory)
+    after.raw_sessions = run.raw_sessions
+    after.stats.sessions = run.stats.sessions
+    final = await after.finish(sessions, user)
+    questions = await downstream(after, sample, sessions, user, baseline=f"{run.user_id}-raw")
+    left, _ = await run.service.store.forgotten(run.user_id, limit=10_000)
+    print(f"  consolidated: {total.merged} merged, {total.superseded} superseded, "
+          f"{total.asked} questions ({total.refused} refused), {jobs} idle job(s), "
+          f"{seconds:.0f} s", flush=True)  # fmt: skip
+    return after, {
+        "merged": total.merged, "superseded": total.superseded, "questions": total.asked,
+        "refused": total.refused, "seconds": round(seconds, 1), **final,
+        "left": [{"content": m.content, "cause": m.cause, "reason": m.reason} for m in left],
+        "questions_after": questions,
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -800,6 +868,11 @@ def main() -> None:
         "--second-look",
         action="store_true",
         help="MEMPROXY_MANAGER_SECOND_LOOK: one more call for missed facts",
+    )
+    parser.add_argument(
+        "--consolidate",
+        action="store_true",
+        help="then consolidate each run's memories as idle jobs would, and measure them again",
     )
     parser.add_argument("--threads", type=int, default=2, help="llama-server's threads")
     parser.add_argument(

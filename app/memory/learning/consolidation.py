@@ -9,9 +9,10 @@ For each new fact (oldest written first), the user's facts at least
 - with the others, the Manager's model (``MEMPROXY_MANAGER_MODEL``, else the model of the
   user's last chat) is shown the group, oldest said first with its day, and answers
   :class:`Tidy`: which say the same thing (merged into one memory it writes, kept only when
-  its words are the group's and each fact merged is at least :data:`SAME_COSINE` like the one
-  it goes into), and which a newer fact of the group shows no longer true (superseded, with
-  the day the newer one was said).
+  its words are the group's, keep what each fact said and each fact merged is alike the one it
+  goes into), and which a newer fact of the group shows no longer true (superseded, with the
+  day the newer one was said, when the newer fact says something changed): the checks are
+  :mod:`.tidy_checks`'s, a small model's answer being a proposal only.
 
 What leaves goes to the forgotten memories with its cause and an event naming the fact that
 holds it (:mod:`app.memory.store.merging`), and can be put back from there. Bounds: the idle
@@ -40,7 +41,7 @@ from app.config import Settings
 from app.memory.learning.applier import JobGone
 from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.manager import Manager
-from app.memory.search.lexical import Analyzer
+from app.memory.learning.tidy_checks import SAME_COSINE, covers, grounded, tells_a_change
 from app.memory.search.parts import decode, embed_for_store
 from app.memory.service import MemoryService
 from app.memory.store.merging import Fact, facts, merge, supersede
@@ -55,16 +56,8 @@ it (its lease ran out) writes nothing more (:class:`JobGone`)."""
 
 NEIGHBOURS = 3
 """Facts shown with a new one at most: the model judges a small group well."""
-SAME_COSINE = 0.6
-"""A fact the model calls the same as another is merged only this like it: measured with
-MiniLM, "Lives in Lyon" / "Moved to Paris" 0.58 (a fact superseded, not merged), "Has a dog
-named Max" / "Their dog Max is a beagle" 0.75, "Likes hiking" / "Enjoys hiking in the
-mountains on weekends" 0.70."""
 MAX_ASKED = 50
 """Questions to the model in one idle job at most."""
-NEW_WORDS = 1
-"""Words of a merged memory that none of its facts has, at most (a joining word)."""
-
 INSTRUCTIONS = """You keep a person's memory tidy. You are shown a few memories about the \
 user, numbered, oldest first, each with the day it was said. Answer with:
 - "same": the numbers of the memories that say the same thing, or where one says part of what \
@@ -98,6 +91,8 @@ class Tidied:
     stopped_at: int | None = None
     """The version to go on from (a bound stopped the run), or None when it got through."""
     gone: set[str] = field(default_factory=set)
+    into: dict[str, str] = field(default_factory=dict)
+    """Each fact merged -> the fact that holds it now."""
 
 
 class Consolidation:
@@ -105,7 +100,6 @@ class Consolidation:
         self._service = service
         self._manager = manager
         self._settings = settings
-        self._analyzer = Analyzer()
         self._holds: Holds | None = None
 
     async def run(
@@ -218,27 +212,35 @@ class Consolidation:
         elif len(same) >= 2:
             into = max(same, key=lambda f: (f.observed_at, f.key))
             like = vectors[at[into.id]]
-            alike = [f for f in same if f is not into
-                     and float(vectors[at[f.id]] @ like) >= SAME_COSINE]  # fmt: skip
             text = " ".join(tidy.memory.split())
-            if alike and text and self._grounded(text, [into, *alike]):
+            alike = [f for f in same if f is not into
+                     and float(vectors[at[f.id]] @ like) >= SAME_COSINE
+                     and covers(text, f.content)]  # fmt: skip
+            if (
+                alike
+                and covers(text, into.content)
+                and grounded(text, [f.content for f in (into, *alike)])
+            ):
                 await self._merge(user_id, into, alike, text, job_id, done)
             else:
                 done.refused += 1
         newest = max(group, key=lambda f: (f.observed_at, f.key))
-        for n in dict.fromkeys(tidy.outdated):
-            if 1 <= n <= len(group) and (older := group[n - 1]) is not newest:
-                if older.id in done.gone or newest.id in done.gone:
-                    continue
-                async with self._writing(user_id, job_id) as w:
-                    if await supersede(w, older.id, newest.id):
-                        done.superseded += 1
-                        done.gone.add(older.id)
-
-    def _grounded(self, text: str, group: Sequence[Fact]) -> bool:
-        """Whether a merged memory says nothing its facts do not (a joining word aside)."""
-        said = {t for f in group for t in self._analyzer.terms(f.content)}
-        return len([t for t in self._analyzer.terms(text) if t not in said]) <= NEW_WORDS
+        if not tidy.outdated or not tells_a_change(newest.content):
+            return
+        # The dates tell which fact ended, not the model (it names either): a fact flagged that
+        # is not the newest; the newest flagged, in a pair, names the other.
+        flagged = {group[n - 1].id for n in tidy.outdated if 1 <= n <= len(group)}
+        if newest.id in flagged and len(group) == 2:
+            flagged = {group[0].id}
+        for older in group:
+            if older.id not in flagged or older is newest or older.id in done.gone:
+                continue
+            if newest.id in done.gone or older.observed_at >= newest.observed_at:
+                continue
+            async with self._writing(user_id, job_id) as w:
+                if await supersede(w, older.id, newest.id):
+                    done.superseded += 1
+                    done.gone.add(older.id)
 
     async def _merge(
         self, user_id: str, into: Fact, others: list[Fact], text: str, job_id: str, done: Tidied
@@ -250,6 +252,9 @@ class Consolidation:
         if merged is not None:
             done.merged += len(merged.gone)
             done.gone.update(merged.gone)
+            for gone in merged.gone:  # what was merged into one of these goes on to `into`
+                done.into.update({k: into.id for k, v in done.into.items() if v == gone})
+                done.into[gone] = into.id
 
     @contextlib.asynccontextmanager
     async def _writing(self, user_id: str, job_id: str) -> AsyncIterator[Writer]:

@@ -148,9 +148,10 @@ async def test_the_model_merges_what_says_the_same_and_supersedes_what_ended(
         {"same": [1, 2], "memory": "Has a beagle and a cat named Rex.", "outdated": []},
         {"same": [1, 2], "memory": "", "outdated": []},
         {"same": [2, 7], "memory": "Has a beagle dog named Max.", "outdated": [9, 0]},
-        {"same": [], "memory": "", "outdated": [2]},  # the newest: nothing newer ended it
+        {"same": [1, 2], "memory": "Has a dog.", "outdated": []},  # drops what they said
+        {"same": [], "memory": "", "outdated": [1]},  # the newer says nothing changed
     ],
-    ids=["new-words", "no-memory", "unknown-numbers", "newest-outdated"],
+    ids=["new-words", "no-memory", "unknown-numbers", "lossy", "no-change-told"],
 )
 async def test_an_answer_the_checks_refuse_changes_nothing(
     engine: AsyncEngine, answer: dict[str, Any]
@@ -317,3 +318,17 @@ async def test_an_idle_job_another_process_took_up_consolidates_nothing(
     done = await IdleWork(b, service, settings, Metrics()).run(again)
     assert done.tidied.merged == 1
     assert await contents(service, "ann") == ["Plays chess on Sundays"]
+
+
+async def test_the_dates_tell_which_fact_ended_not_the_model(engine: AsyncEngine) -> None:
+    """A small model flags either fact of a pair: the older one leaves, once the newer says
+    that something changed."""
+    tidy, _ = tidying(engine, [(("coffee",), {"same": [], "memory": "", "outdated": [2]})])
+    service = tidy._service
+    (morning,) = await add(service, "ann", ("Drinks coffee every morning.", 0))
+    (quit,) = await add(service, "ann", ("Quit coffee last month.", 40))
+    done = await tidy.run("ann", since=0, model="m", job_id="idle-test")
+    assert done.superseded == 1
+    assert await contents(service, "ann") == ["Quit coffee last month."]
+    assert [m for m, _ in await events(engine, "ann", "superseded")] == [morning]
+    assert quit
