@@ -152,6 +152,12 @@ class Settings(ManagerSettings):
     profile. Comes on top of MEMPROXY_MEMORY_TOKEN_BUDGET."""
     recall_timeout_seconds: float = Field(default=2.0, gt=0)
     """Longest a chat waits for recall; past it the chat goes on without memories."""
+    recall_judge: bool = False
+    """Before a chat's memories are chosen, the Manager's model (MEMPROXY_MANAGER_MODEL, else the
+    chat's own) picks which of the 8 best candidates help answer the message; on a timeout or
+    an error the search's order stands. Adds a model call to each recalled chat's first byte."""
+    recall_judge_seconds: float = Field(default=1.0, gt=0)
+    """Longest the relevance judge may take; past it the search's order stands."""
     index_cache_max_memories: int = Field(default=300_000, ge=1)
     """Memories kept in the in-process search indexes (least recently used users evicted)."""
     memory_max_chars: int = Field(default=4000, ge=1)

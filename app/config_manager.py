@@ -98,5 +98,9 @@ class ManagerSettings(BaseSettings):
     ended). Both go to the forgotten memories, from where they can be put back."""
     consolidation_cosine: float = Field(default=0.5, ge=0.0, le=1.0)
     """How close (cosine) a fact must be to a new one to be shown to the model with it."""
+    enrichment: bool = False
+    """At idle time, each exchange's new facts and episodes get one sentence of context written
+    by the Manager's model (when, who, what about), added to what they are found by (never to
+    what the chat's model is shown)."""
     forgotten_keep_days: float = Field(default=90.0, ge=0)
     """How long forgotten memories can still be put back before they are erased for good."""

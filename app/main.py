@@ -33,6 +33,7 @@ from app.memory import (
     Manager,
     MemoryService,
     MemoryStore,
+    RecallJudge,
     TextEmbedder,
     Worker,
     build_http_client,
@@ -114,14 +115,15 @@ def create_app(
         )
         manager_http = build_http_client(settings)
         worker = None
+        manager = Manager(settings, http_client=manager_http, model=manager_model)
         if settings.manager_enabled:
-            manager = Manager(settings, http_client=manager_http, model=manager_model)
             worker = Worker(queue, memory, manager, settings, metrics)
             await worker.start()
         metrics.count_embedding_cache(lambda: int(getattr(text_embedder, "cache_hits", 0)))
         chat_hooks = hooks or ChatMemory(
             memory, settings, runner, metrics,
             queue=queue if settings.manager_enabled else None, worker=worker,
+            judge=RecallJudge(manager, settings, metrics) if settings.recall_judge else None,
         )  # fmt: skip
         app.state.services = Services(
             settings=settings,

@@ -82,6 +82,13 @@ class Metrics:
             ["type"],
             registry=self.registry,
         )
+        self.recall_judge = Counter(
+            "memproxy_recall_judge",
+            "Chats' candidates put to the relevance judge, by outcome: judged, cached, or the "
+            "search's order kept (timeout, unavailable, unusable, error).",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.memories_consolidated = Counter(
             "memproxy_memories_consolidated",
             "Facts consolidation took out at idle time, by result: merged (into a fact saying "
@@ -92,6 +99,11 @@ class Metrics:
         self.distilled_facts = Counter(
             "memproxy_distilled_facts",
             "Facts written at idle time from the words of conversations that gave none.",
+            registry=self.registry,
+        )
+        self.enriched_memories = Counter(
+            "memproxy_enriched_memories",
+            "Memories given a sentence of context in what they are found by, at idle time.",
             registry=self.registry,
         )
         self.consolidation_questions = Counter(

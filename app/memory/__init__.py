@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from app.memory.chat.glue import ChatMemory
+    from app.memory.chat.judge import RecallJudge
     from app.memory.learning.jobs import JobQueue
     from app.memory.learning.manager import Manager, build_http_client
     from app.memory.learning.worker import Worker
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "ChatMemory": "app.memory.chat.glue",
+    "RecallJudge": "app.memory.chat.judge",
     "JobQueue": "app.memory.learning.jobs",
     "Manager": "app.memory.learning.manager",
     "build_http_client": "app.memory.learning.manager",
@@ -53,6 +55,7 @@ __all__ = [
     "Manager",
     "MemoryService",
     "MemoryStore",
+    "RecallJudge",
     "TextEmbedder",
     "Worker",
     "build_http_client",

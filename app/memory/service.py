@@ -18,7 +18,7 @@ from app.memory.search.cache import IndexCache
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.parts import decode, embed_for_store, vector_model
 from app.memory.search.provenance import provenance
-from app.memory.search.ranking import Hit, Recalled, Searcher, Shares
+from app.memory.search.ranking import Hit, Judge, Recalled, Searcher, Shares
 from app.memory.search.restating import restatements
 from app.memory.store.events import Event
 from app.memory.store.memories import MemoryStore
@@ -249,14 +249,16 @@ class MemoryService:
         budget_tokens: int,
         profile_tokens: int = 0,
         episode_share: float = 0.0,
+        judge: Judge | None = None,
     ) -> Recalled:
         """What chat injects: the profile within `profile_tokens`, then what the search finds
         for `query` (without the profile's memories) within `budget_tokens`, of which episodes
-        may take `episode_share` (:mod:`app.memory.search.selection`). Both carry what the
+        may take `episode_share` (:mod:`app.memory.search.selection`), from the candidates as
+        `judge` orders them, when given (:mod:`app.memory.chat.judge`). Both carry what the
         memory block shows (from the index: no database read on this path)."""
         shares = Shares(profile_tokens, budget_tokens, episode_share)
         found = await self.searcher.recall(
-            user_id, query, limit=limit, min_score=min_score, shown=shares
+            user_id, query, limit=limit, min_score=min_score, shown=shares, judge=judge
         )
         if found.relevant and not found.hits and not self._budget_warned:
             self._budget_warned = True  # once per process: the setting, not the chat, is wrong

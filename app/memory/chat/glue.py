@@ -45,6 +45,7 @@ from app.background import BackgroundRunner
 from app.config import Settings
 from app.errors import StorageUnavailable, first_line
 from app.memory.block import BLOCK_START, insert_memory_block, memory_block
+from app.memory.chat.judge import RecallJudge
 from app.memory.chat.query import recall_query
 from app.memory.learning.extraction import exchange
 from app.memory.learning.jobs import JobQueue
@@ -81,7 +82,10 @@ class ChatMemory:
         *,
         queue: JobQueue | None = None,
         worker: Worker | None = None,
+        judge: RecallJudge | None = None,
     ) -> None:
+        """`judge`: the relevance judge (MEMPROXY_RECALL_JUDGE), None when off."""
+        self._judge = judge
         self._queue = queue
         self._worker = worker
         self._threshold_turns = settings.conversation_threshold
@@ -109,7 +113,7 @@ class ChatMemory:
         failed = False
         if query or (self._limit and self._profile_budget):  # a profile needs no question
             try:
-                recalled = await asyncio.wait_for(self._recall(ctx.user_id, query), self._timeout)
+                recalled = await asyncio.wait_for(self._recall(ctx, query), self._timeout)
             except Exception as exc:  # memory must never fail a chat
                 failed = True
                 reason = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
@@ -173,10 +177,12 @@ class ChatMemory:
             reading_body=job,
         )
 
-    async def _recall(self, user_id: str, query: str | None) -> Recalled:
+    async def _recall(self, ctx: RequestContext, query: str | None) -> Recalled:
+        judge = self._judge.for_chat(ctx.user_id, ctx.model) if self._judge else None
         return await self._service.recall(
-            user_id,
+            ctx.user_id,
             query,
+            judge=judge,
             limit=self._limit,
             min_score=self._threshold,
             budget_tokens=self._budget,

@@ -255,7 +255,7 @@ class Applier:
                     continue
                 if row is not None and unrelated is None:  # UPDATE of a known memory
                     before = row.content
-                    row.content = operation.content
+                    row.content, row.index_text = operation.content, None  # found by its words
                     row.type = (operation.type or MemoryType(row.type)).value
                     row.embedding, row.embedding_model = embedded.embedding, embedded.model
                     row.observed_at = said  # what it says now was said in this job's turns

@@ -15,7 +15,7 @@ For each new fact (oldest written first), the user's facts at least
   :mod:`.tidy_checks`'s, a small model's answer being a proposal only.
 
 What leaves goes to the forgotten memories with its cause and an event naming the fact that
-holds it (:mod:`app.memory.store.merging`), and can be put back from there. Bounds: the idle
+holds it (:mod:`app.memory.store.upkeep`), and can be put back from there. Bounds: the idle
 job's time (two thirds of ``MEMPROXY_IDLE_JOB_TIMEOUT_SECONDS``), the Manager's output tokens for
 one job (``MEMPROXY_MANAGER_JOB_MAX_TOKENS``) and :data:`MAX_ASKED` questions; a run stopped by
 one says where, and the next idle job goes on from there (the rest of facts written in one
@@ -44,9 +44,9 @@ from app.memory.learning.manager import Manager
 from app.memory.learning.tidy_checks import SAME_COSINE, covers, grounded, tells_a_change
 from app.memory.search.parts import decode, embed_for_store
 from app.memory.service import MemoryService
-from app.memory.store.merging import Fact, facts, merge, supersede
 from app.memory.store.tables import MemorySource
 from app.memory.store.unit import Writer
+from app.memory.store.upkeep import Fact, facts, merge, supersede
 
 logger = logging.getLogger("memproxy.manager")
 

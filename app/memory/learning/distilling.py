@@ -32,8 +32,8 @@ from app.memory.learning.manager import Manager
 from app.memory.learning.parking import KEPT
 from app.memory.learning.turns import dump, turn
 from app.memory.service import MemoryService
-from app.memory.store.merging import lone_episodes
 from app.memory.store.unit import Writer
+from app.memory.store.upkeep import lone_episodes
 
 logger = logging.getLogger("memproxy.manager")
 

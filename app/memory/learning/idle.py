@@ -1,7 +1,8 @@
 """The idle job's work on one quiet user's memories (:mod:`.idle_jobs` queues it): consolidation
 of the facts written since the last one (:mod:`.consolidation`, each merge or supersession in a
 unit of its own), after the words of conversations that gave no fact are distilled
-(:mod:`.distilling`), then forgetting over the capacities (:mod:`app.memory.aging.forgetting`), in
+(:mod:`.distilling`) and before new memories are given their context (:mod:`.enrichment`, off
+by default), then forgetting over the capacities (:mod:`app.memory.aging.forgetting`), in
 the unit of work that consumes the job (exactly once) and records the version the work was done
 for (or the one consolidation stopped at, to go on from); bounded by
 ``MEMPROXY_IDLE_JOB_TIMEOUT_SECONDS`` (past it the job is retried, as a Manager job is). The
@@ -21,6 +22,7 @@ from app.memory.aging.forgetting import Forgetting, Leaving
 from app.memory.learning.applier import JobGone
 from app.memory.learning.consolidation import Consolidation, Tidied
 from app.memory.learning.distilling import Distilled, Distilling
+from app.memory.learning.enrichment import Enriched, Enrichment
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.leases import Job
 from app.memory.learning.manager import Manager
@@ -43,6 +45,7 @@ class Upkept:
     forgotten: list[Leaving]
     tidied: Tidied
     distilled: Distilled
+    enriched: Enriched
 
 
 class IdleWork:
@@ -59,6 +62,7 @@ class IdleWork:
         self.forgetting = Forgetting.configured(service, settings)
         self.consolidation = Consolidation(service, manager, settings)
         self.distilling = Distilling(service, manager, settings)
+        self.enrichment = Enrichment(service, manager, settings)
         self._timeout = settings.idle_job_timeout_seconds
         self._quiet = settings.idle_seconds
         self._metrics = metrics
@@ -124,13 +128,16 @@ class IdleWork:
         distilled = done.distilled
         if distilled.facts:
             self._metrics.distilled_facts.inc(distilled.facts)
+        if done.enriched.memories:
+            self._metrics.enriched_memories.inc(done.enriched.memories)
         logger.info(
             "idle job %s done: %d facts from %d conversations' words; %d facts merged, %d "
-            "superseded (%d questions, %d refused)%s; %d memories forgotten", job.id,
-            distilled.facts, distilled.conversations, tidied.merged, tidied.superseded,
-            tidied.asked, tidied.refused,
+            "superseded (%d questions, %d refused); %d memories given a context%s; %d memories "
+            "forgotten", job.id, distilled.facts, distilled.conversations, tidied.merged,
+            tidied.superseded, tidied.asked, tidied.refused, done.enriched.memories,
             "" if tidied.stopped_at is None and distilled.stopped_at is None
-            else ", stopped at its bound", len(done.forgotten),
+            and done.enriched.stopped_at is None else " (stopped at its bound)",
+            len(done.forgotten),
         )  # fmt: skip
 
     async def run(self, job: Job) -> Upkept:
@@ -145,18 +152,25 @@ class IdleWork:
         holds = functools.partial(self._queue.holds, job_id=job.id)
         started = time.monotonic()
         async with asyncio.timeout(self._timeout):
-            # a third of the time to distil, up to two thirds to consolidate, the rest to forget
+            # Each step asks no more questions past its share of the job's time (forgetting,
+            # which asks none, gets the rest). Enrichment comes after consolidation: a fact
+            # merged into is given its context with its new words.
             distilled = await self.distilling.run(
                 job.user_id, since=since, model=job.model, job_id=job.id, holds=holds,
-                deadline=started + self._timeout / 3,
+                deadline=started + self._timeout * 0.25,
             )  # fmt: skip
             tidied = await self.consolidation.run(
                 job.user_id, since=since, model=job.model, job_id=job.id, holds=holds,
-                deadline=started + self._timeout * 2 / 3,
+                deadline=started + self._timeout * 0.6,
             )  # fmt: skip
-            stops = [v for v in (distilled.stopped_at, tidied.stopped_at) if v is not None]
+            enriched = await self.enrichment.run(
+                job.user_id, since=since, model=job.model, job_id=job.id, holds=holds,
+                deadline=started + self._timeout * 0.85,
+            )  # fmt: skip
+            stops = [v for v in (distilled.stopped_at, tidied.stopped_at, enriched.stopped_at)
+                     if v is not None]  # fmt: skip
             done = functools.partial(self._queue.idle_done, upto=min(stops, default=None))
             forgot = await self.forgetting.forget(
                 job.user_id, job_id=job.id, within=consume, after=done
             )
-        return Upkept(forgot.leaving, tidied, distilled)
+        return Upkept(forgot.leaving, tidied, distilled, enriched)

@@ -43,10 +43,10 @@ CHANGE = re.compile(
 _ANALYZER = Analyzer()
 
 
-def grounded(text: str, contents: Sequence[str]) -> bool:
-    """Whether a merged memory says nothing its facts do not (a joining word aside)."""
+def grounded(text: str, contents: Sequence[str], *, allowed: int = NEW_WORDS) -> bool:
+    """Whether `text` says nothing `contents` do not (but for `allowed` words: joining ones)."""
     said = {t for content in contents for t in _ANALYZER.terms(content)}
-    return len([t for t in set(_ANALYZER.terms(text)) if t not in said]) <= NEW_WORDS
+    return len([t for t in set(_ANALYZER.terms(text)) if t not in said]) <= allowed
 
 
 def covers(text: str, content: str) -> bool:

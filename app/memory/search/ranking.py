@@ -33,7 +33,7 @@ better one candidate is than the next.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -46,6 +46,14 @@ from app.memory.search.profile import Standing, standing
 from app.memory.search.selection import choose
 from app.memory.search.when import TIME_BONUS, asked_times, in_time
 from app.memory.search.windows import Window, utc_day
+
+Judge = Callable[[str, Sequence["Hit"]], Awaitable[list["Hit"] | None]]
+"""The relevance judge (:mod:`app.memory.chat.judge`): given a chat's query and its
+:data:`JUDGED` best candidates (whatever their score), those that help answer it, most helpful
+first, or None when it could not say (the fused order then stands); it never raises."""
+JUDGED = 8
+"""Candidates a chat's relevance judge is shown: the best fused, above the threshold or not
+(a message that implies a memory shares few words with it)."""
 
 OFFLOAD_ABOVE = 200_000
 """Dense searches over more vectors than this (~14 ms and up) run in a thread, not on the event
@@ -141,13 +149,18 @@ class Searcher:
         min_score: float,
         shown: Shares,
         now: datetime | None = None,
+        judge: Judge | None = None,
     ) -> Recalled:
         """What a chat is shown: the profile within `shown.profile_tokens`, then what
         :meth:`search` finds for `query` (none without one) that is not in it, at most
-        `limit`, chosen within `shown`'s budgets (:func:`~app.memory.search.selection.choose`).
+        `limit`, chosen within `shown`'s budgets (:func:`~app.memory.search.selection.choose`),
+        from the candidates as `judge` picks them when given (:data:`Judge`; asked outside the
+        index's lock).
         One check that the index is current serves both."""
         embedding = asyncio.ensure_future(self._embedder.embed_query(query)) if query else None
-        return await self._find(user_id, query or "", embedding, limit, min_score, (), shown, now)
+        return await self._find(
+            user_id, query or "", embedding, limit, min_score, (), shown, now, judge=judge
+        )
 
     async def _find(
         self,
@@ -161,6 +174,7 @@ class Searcher:
         now: datetime | None,
         *,
         held_only: bool = False,
+        judge: Judge | None = None,
     ) -> Recalled:
         """`held_only`: BM25's ceiling over the query words the memories hold only (the
         Manager's search, whose query is a whole exchange and whose order its measurements
@@ -189,21 +203,36 @@ class Searcher:
                 dense = entry.vectors.search(vector, wanted)
             when = asked_times(query, utc_day(now or datetime.now(UTC)))
             hits = self._rank(entry, terms, by_query, vector, dense, wanted, when)
-            chosen = [h for h in hits if h.score >= min_score and h.key not in shown]
+            ranked = [h for h in hits if h.key not in shown]
             if types:
                 allowed = set(types)
-                chosen = [h for h in chosen if entry.briefs[h.key].type in allowed]
+                ranked = [h for h in ranked if entry.briefs[h.key].type in allowed]
+            chosen = [h for h in ranked if h.score >= min_score]
             # what the profile hides is not "relevant but left out": the budget warning's count
             hidden = {k for key in shown for k in entry.links.get(key, ())}
             relevant = sum(1 for h in chosen if h.key not in hidden)
             if shares is None:
                 return Recalled(profile, chosen[:limit], relevant)
-            # A chat's choice: budgets, links (read under the lock, as the index holds them).
-            chosen = choose(
-                chosen, entry.links, limit=limit, budget_tokens=shares.memory_tokens,
-                episode_share=shares.episode_share, shown=shown,
-            )  # fmt: skip
-        return Recalled(profile, chosen, relevant)
+            if judge is None:
+                return Recalled(profile, self._choose(entry, chosen, limit, shares, shown),
+                                relevant)  # fmt: skip
+        judged = ranked[:JUDGED]
+        picked = await judge(query, judged)  # a model's answer: never under the lock
+        if picked is not None and picked:  # those it passed over of what it saw go
+            seen = {h.key for h in judged}
+            chosen = [*picked, *(h for h in chosen if h.key not in seen)]
+        async with entry.lock:
+            return Recalled(profile, self._choose(entry, chosen, limit, shares, shown), relevant)
+
+    @staticmethod
+    def _choose(
+        entry: UserIndex, hits: list[Hit], limit: int, shares: Shares, shown: set[int]
+    ) -> list[Hit]:
+        """A chat's choice: budgets, links (read under the lock, as the index holds them)."""
+        return choose(
+            hits, entry.links, limit=limit, budget_tokens=shares.memory_tokens,
+            episode_share=shares.episode_share, shown=shown,
+        )  # fmt: skip
 
     async def _embed_background(self, query: str) -> np.ndarray:
         vector: np.ndarray = (await self._embedder.embed([query]))[0]

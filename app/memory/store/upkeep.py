@@ -1,6 +1,7 @@
-"""Consolidation's reads and writes (:mod:`app.memory.learning.consolidation` decides): the
-user's facts as it weighs them, the episodes no fact came from
-(:mod:`app.memory.learning.distilling`), and the two ways a fact leaves for another, each in a
+"""The idle work's reads and writes (:mod:`app.memory.learning.idle`): the user's facts as
+consolidation weighs them, the episodes no fact came from (:mod:`app.memory.learning.distilling`),
+the memories enrichment gives a context (:mod:`app.memory.learning.enrichment`, :func:`rekeyed`),
+and the two ways a fact leaves for another (:mod:`app.memory.learning.consolidation`), each in a
 unit of work whose lock is taken first (what was read stays true until it commits):
 
 - :func:`merge`: facts that say the same go into one (the survivor, which keeps its id and
@@ -84,6 +85,56 @@ async def lone_episodes(execute: Execute, user_id: str, since: int) -> list[Lone
     )  # fmt: skip
     rows = cast("list[tuple[Any, ...]]", found.all())
     return [Lone(str(i), str(c), aware(w), aware(o), int(q or 0)) for i, c, w, o, q in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Keyed:
+    """A memory as enrichment reads it: what it is found by."""
+
+    id: str
+    content: str
+    key: str
+    """Its index key: what it is found by (its content, unless an episode's words and facts)."""
+    created_at: datetime
+    """When it was written: one unit's memories share it."""
+    observed_at: datetime
+    seq: int
+
+
+async def fresh_keys(execute: Execute, user_id: str, since: int) -> list[Keyed]:
+    """The user's memories written after version `since`, in the order they were written."""
+    found = await execute(
+        select(Memory.id, Memory.content, Memory.index_text, Memory.created_at,
+               Memory.observed_at, Memory.seq)
+        .where(Memory.user_id == user_id, Memory.seq > since)
+        .order_by(Memory.seq, Memory.key)
+    )  # fmt: skip
+    rows = cast("list[tuple[Any, ...]]", found.all())
+    return [
+        Keyed(str(i), str(c), str(k or c), aware(w), aware(o), int(q or 0))
+        for i, c, k, w, o, q in rows
+    ]
+
+
+async def rekeyed(w: Writer, keys: Sequence[tuple[Keyed, str, bytes, str]]) -> int:
+    """Give these memories their new index keys (each with the key's embedding and its model),
+    inside the unit `w`: those whose words changed since they were read are left alone (their
+    key was made anew). No event: their words are unchanged. How many were given theirs."""
+    rows = await w.rows([k.id for k, _, _, _ in keys])
+    given = 0
+    for read, key, embedding, model in keys:
+        row = rows.get(read.id)
+        if (
+            row is None
+            or row.content != read.content
+            or (row.index_text or row.content) != read.key
+        ):
+            continue
+        row.index_text = key if key != row.content else None
+        row.embedding, row.embedding_model = embedding, model
+        w.stamp(row)
+        given += 1
+    return given
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,165 @@
+"""Contextual enrichment at idle time: each new fact and episode is given one generated sentence
+of context (when, who, what about: the subject of the exchange it came from) that goes into its
+index key, dense and BM25, and never into what the chat's model is shown (Anthropic's contextual
+retrieval; Slowcat's idle-time enrichment).
+
+The memories written after the user's last idle job are taken by the unit that wrote them (one
+chat's job writes an exchange's facts and episodes together), at most :data:`GROUPS` groups an
+idle job, and the Manager's model is asked once per group (:class:`Context`), shown the day and
+the group's memories. The sentence is kept only if it is a sentence of the memories' own words
+(:func:`~app.memory.learning.tidy_checks.grounded`, a few joining words aside) and at most
+:data:`CONTEXT_CHARS` long; it is appended to each memory's key after :data:`MARK`
+(:func:`keyed`: a key enriched before is enriched afresh, not twice). A memory whose words change
+(an edit, an update, a merge, an episode given new facts) gets its plain key back and is
+enriched again by the next idle job. Off by default (``MEMPROXY_ENRICHMENT``): measured on the
+dev LoCoMo set, docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import groupby
+
+from pydantic import BaseModel
+from pydantic_ai.usage import RunUsage
+
+from app.config import Settings
+from app.memory.learning.applier import JobGone
+from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
+from app.memory.learning.manager import Manager
+from app.memory.learning.tidy_checks import grounded
+from app.memory.search.parts import embed_for_store
+from app.memory.service import MemoryService
+from app.memory.store.tables import MemorySource
+from app.memory.store.unit import Writer
+from app.memory.store.upkeep import Keyed, fresh_keys, rekeyed
+
+logger = logging.getLogger("memproxy.manager")
+
+MARK = "\nContext: "
+"""What comes before the context in a memory's index key."""
+GROUPS = 20
+"""Groups of memories (one exchange's each) an idle job enriches at most."""
+MEMORIES = 12
+"""Memories of one group shown to the model at most (the rest get the same sentence)."""
+CONTEXT_CHARS = 300
+NEW_WORDS = 4
+"""Words of the context none of its memories has, at most ("talked", "about", the user's...)."""
+
+INSTRUCTIONS = """You help a search engine find what a person said. You are shown the day of a \
+conversation and what was kept of it: the user's own words and the facts about the user. Write \
+one short sentence of context, in the third person, that says when it was and what it was \
+about: the main subjects, with the names of the people, places, activities and events in it. \
+Use only what is shown. Example: "On 8 May 2023 the user talked about an LGBTQ support group \
+and adopting children as a single parent." """
+
+
+class Context(BaseModel):
+    """The model's answer about one group."""
+
+    context: str
+
+
+@dataclass(slots=True)
+class Enriched:
+    groups: int = 0
+    memories: int = 0
+    refused: int = 0
+    stopped_at: int | None = None
+
+
+def plain(key: str) -> str:
+    """A memory's index key without the context enrichment gave it."""
+    return key.split(MARK, 1)[0]
+
+
+def keyed(key: str, context: str) -> str:
+    """A memory's index key with `context` (in place of any it had)."""
+    return f"{plain(key)}{MARK}{context}"
+
+
+class Enrichment:
+    def __init__(self, service: MemoryService, manager: Manager | None, settings: Settings) -> None:
+        self._service = service
+        self._manager = manager
+        self._settings = settings
+
+    async def run(
+        self,
+        user_id: str,
+        *,
+        since: int,
+        model: str,
+        job_id: str,
+        deadline: float,
+        holds: Callable[[Writer], Awaitable[bool]] | None = None,
+    ) -> Enriched:
+        """Enrich the user's memories written after version `since` (the module docstring),
+        asking no question past `deadline` (``time.monotonic()``)."""
+        done = Enriched()
+        s = self._settings
+        if not s.enrichment or self._manager is None or not (s.manager_model or model):
+            return done
+        async with self._service.store.sessions() as session:
+            found = await fresh_keys(session.execute, user_id, since)
+        usage = RunUsage()
+        for _, grouped in groupby(found, key=lambda k: k.created_at):
+            group = list(grouped)
+            if done.groups >= GROUPS or time.monotonic() > deadline \
+                    or usage.output_tokens >= s.manager_job_max_tokens:  # fmt: skip
+                done.stopped_at = group[0].seq - 1
+                break
+            done.groups += 1
+            try:
+                context = await self._ask(group, model, usage)
+            except ManagerAnswerUnusable as exc:
+                logger.info("job %s: enrichment answer unusable: %s", job_id, exc)
+                context = None
+            except ManagerUnavailable as exc:
+                logger.info("job %s: enrichment stops: %s", job_id, exc)
+                break
+            if context is None:
+                done.refused += 1
+                continue
+            keys = [keyed(k.key, context) for k in group]
+            embedded = await embed_for_store(self._service.embedder, keys)
+            async with self._service.store.writing(
+                user_id, MemorySource.UPKEEP, job_id=job_id
+            ) as w:
+                if holds is not None and not await holds(w):
+                    raise JobGone(job_id)
+                done.memories += await rekeyed(
+                    w,
+                    [
+                        (k, key, e.embedding, e.model)
+                        for k, key, e in zip(group, keys, embedded, strict=True)
+                    ],
+                )
+        return done
+
+    async def _ask(self, group: Sequence[Keyed], model: str, usage: RunUsage) -> str | None:
+        """The group's context sentence, or None when the answer is not one to keep."""
+        assert self._manager is not None
+        keys = [plain(k.key) for k in group]
+        prompt = context_prompt(group[0].observed_at, keys)
+        answer = await self._manager.ask(model, Context, INSTRUCTIONS, prompt, usage=usage)
+        return kept_context(answer.context, group[0].observed_at, keys)
+
+
+def context_prompt(day: datetime, texts: Sequence[str]) -> str:
+    """What the model is shown of one group: its day, and its memories' words."""
+    lines = [f"- {' '.join(t.split())[:600]}" for t in texts[:MEMORIES]]
+    return f"Day: {day.strftime('%d %B %Y')}\n" + "\n".join(lines)
+
+
+def kept_context(answer: str, day: datetime, texts: Sequence[str]) -> str | None:
+    """The model's context sentence, when it is one to keep (the module docstring)."""
+    text = " ".join(answer.split())
+    words = [*texts, day.strftime("%d %B %Y"), "the user"]
+    if not text or len(text) > CONTEXT_CHARS or not grounded(text, words, allowed=NEW_WORDS):
+        return None
+    return text

@@ -1,0 +1,158 @@
+"""Contextual enrichment at idle time (issue 27, point 3): off unless MEMPROXY_ENRICHMENT; on, an
+exchange's new facts and episodes get the model's sentence of context in what they are found by
+(BM25 and dense), never in their words; a sentence that is not the memories' words is refused;
+a memory enriched again gets the new sentence in place of the old; words that change drop it."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+from app.memory.learning.applier import JobGone
+from app.memory.learning.enrichment import MARK, Enrichment, keyed, plain
+from app.memory.learning.manager import Manager
+from app.memory.service import MemoryService
+from app.memory.store.memories import MemoryStore
+from app.memory.store.records import NewMemory
+from app.memory.store.tables import Memory, MemoryType
+from app.memory.store.unit import Writer
+from tests.conftest import make_settings
+from tests.fakes import FakeEmbedder, decided
+
+SAID = datetime(2026, 2, 3, 18, 0, tzinfo=UTC)
+STUDIO = "On 03 February 2026 the user talked about a class at the pottery studio."
+
+
+class Writes:
+    def __init__(self, context: str) -> None:
+        self.context = context
+        self.prompts: list[str] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        request = next(m for m in messages if isinstance(m, ModelRequest))
+        self.prompts.append(str(request.parts[-1].content))  # type: ignore[union-attr]
+        return decided(info, {"context": self.context})
+
+
+def enrichment(engine: AsyncEngine, context: str = STUDIO, **options: Any) -> tuple[
+    Enrichment, Writes, MemoryService
+]:  # fmt: skip
+    settings = make_settings(**{"enrichment": True, **options})
+    model = Writes(context)
+    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(model))
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    return Enrichment(service, manager, settings), model, service
+
+
+async def exchange(service: MemoryService, user: str) -> tuple[str, str]:
+    written = await service.add(user, [
+        NewMemory("I signed up for a class at the pottery studio.", type=MemoryType.EPISODE,
+                  observed_at=SAID),
+        NewMemory("Signed up for a class.", observed_at=SAID),
+    ])  # fmt: skip
+    episode, fact = written.records
+    return episode.id, fact.id
+
+
+async def keys(engine: AsyncEngine) -> dict[str, str | None]:
+    async with async_sessionmaker(engine)() as session:
+        rows = await session.execute(select(Memory.content, Memory.index_text))
+        return {c: k for c, k in rows}
+
+
+async def lexical(service: MemoryService, query: str) -> dict[str, float]:
+    """The BM25 part of the score of each of ann's memories for `query`."""
+    found = await service.search("ann", query, limit=10, min_score=0.0)
+    return {f.memory.content: f.hit.lexical for f in found}
+
+
+def later() -> float:
+    return time.monotonic() + 60
+
+
+async def test_an_exchange_is_found_by_its_context_and_shown_in_its_words(
+    engine: AsyncEngine,
+) -> None:
+    enrich, model, service = enrichment(engine)
+    await exchange(service, "ann")
+    before = await lexical(service, "studio")
+    done = await enrich.run("ann", since=0, model="m", job_id="idle-x", deadline=later())
+    assert (done.groups, done.memories, done.refused) == (1, 2, 0)
+    assert model.prompts == ["Day: 03 February 2026\n"
+                             "- I signed up for a class at the pottery studio.\n"
+                             "- Signed up for a class."]  # fmt: skip
+    assert await keys(engine) == {
+        "I signed up for a class at the pottery studio.":
+            f"I signed up for a class at the pottery studio.{MARK}{STUDIO}",
+        "Signed up for a class.": f"Signed up for a class.{MARK}{STUDIO}",
+    }  # fmt: skip
+    fresh = MemoryService(service.store, FakeEmbedder())  # another process: read from the store
+    after = await lexical(fresh, "studio")
+    fact = "Signed up for a class."
+    assert after[fact] > 2 * before[fact]  # found by its context ("studio"); shown in its words
+    assert all(MARK not in f.memory.content
+               for f in await fresh.search("ann", "studio", limit=10, min_score=0.0))  # fmt: skip
+    # once: from the version this run left, nothing is new
+    version = await service.store.version("ann")
+    again = await enrich.run("ann", since=version, model="m", job_id="idle-y", deadline=later())
+    assert again.groups == 0 and len(model.prompts) == 1
+
+
+async def test_off_by_default_and_without_a_model(engine: AsyncEngine) -> None:
+    enrich, model, service = enrichment(engine, enrichment=False)
+    await exchange(service, "ann")
+    assert (await enrich.run("ann", since=0, model="m", job_id="j", deadline=later())).groups == 0
+    enrich, model, service = enrichment(engine)
+    assert (await enrich.run("ann", since=0, model="", job_id="j", deadline=later())).groups == 0
+    assert model.prompts == []
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        "On 03 February 2026 the user flew to Tokyo to meet their sister and climb Mount Fuji.",
+        "",
+        "x " * 200,
+    ],
+    ids=["not-their-words", "empty", "too-long"],
+)
+async def test_a_context_the_checks_refuse_changes_nothing(
+    engine: AsyncEngine, context: str
+) -> None:
+    enrich, _, service = enrichment(engine, context=context)
+    await exchange(service, "ann")
+    done = await enrich.run("ann", since=0, model="m", job_id="j", deadline=later())
+    assert (done.refused, done.memories) == (1, 0)
+    assert set((await keys(engine)).values()) == {None}
+
+
+async def test_a_new_context_replaces_the_old_and_new_words_drop_it(engine: AsyncEngine) -> None:
+    assert keyed(f"words{MARK}old", "new") == f"words{MARK}new"
+    assert plain(f"words{MARK}old") == "words"
+    enrich, _, service = enrichment(engine)
+    _, fact = await exchange(service, "ann")
+    await enrich.run("ann", since=0, model="m", job_id="j", deadline=later())
+    await service.update("ann", fact, content="Signed up for a class at the studio.")
+    assert (await keys(engine))["Signed up for a class at the studio."] is None
+
+
+async def test_a_bound_stops_and_a_lost_job_writes_nothing(engine: AsyncEngine) -> None:
+    enrich, _, service = enrichment(engine)
+    await exchange(service, "ann")
+    past = await enrich.run("ann", since=0, model="m", job_id="j", deadline=time.monotonic() - 1)
+    assert past.groups == 0 and past.stopped_at is not None
+
+    async def lost(w: Writer) -> bool:
+        return False
+
+    with pytest.raises(JobGone):
+        await enrich.run("ann", since=0, model="m", job_id="j", deadline=later(), holds=lost)
+    assert set((await keys(engine)).values()) == {None}
