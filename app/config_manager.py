@@ -80,7 +80,8 @@ class ManagerSettings(BaseSettings):
     # --- memory over time: idle-time upkeep -------------------------------------------------
     idle_seconds: float = Field(default=900.0, ge=0)
     """A user quiet this long (no chat learned from), with their Manager jobs done, gets an idle
-    job: consolidation (below), then forgetting over the capacities. 0: no idle work."""
+    job: consolidation and enrichment (below), then forgetting over the capacities. 0: no idle
+    work."""
     idle_job_timeout_seconds: float = Field(default=120.0, gt=0)
     """Longest one idle job may take (then it is retried later, as a Manager job is)."""
     max_facts: int = Field(default=10_000, ge=0)
@@ -91,8 +92,9 @@ class ManagerSettings(BaseSettings):
     """Episodes (the user's own words) a user keeps, the same way; an episode a fact was
     written from is worth half. 0: no limit."""
     consolidation: bool = True
-    """At idle time, facts written since the last idle job are compared with the user's facts
-    nearest them: near copies (MEMPROXY_DEDUP_THRESHOLD) merge into the newest; the Manager's
+    """At idle time, the words of an exchange that gave no fact are queued for the Manager once
+    more, and facts written since the last idle job are compared with the user's facts nearest
+    them: near copies (MEMPROXY_DEDUP_THRESHOLD) merge into the newest; the Manager's
     model is asked about the others (MEMPROXY_CONSOLIDATION_COSINE): facts saying the same
     become one, a fact a newer one shows no longer true leaves as superseded (with the day it
     ended). Both go to the forgotten memories, from where they can be put back."""

@@ -96,9 +96,9 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
-        self.distilled_facts = Counter(
-            "memproxy_distilled_facts",
-            "Facts written at idle time from the words of conversations that gave none.",
+        self.distilled_exchanges = Counter(
+            "memproxy_distilled_exchanges",
+            "Exchanges whose words gave no fact, queued at idle time for the Manager once more.",
             registry=self.registry,
         )
         self.enriched_memories = Counter(

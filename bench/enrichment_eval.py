@@ -39,13 +39,15 @@ from app.memory.learning.enrichment import (  # noqa: E402
     INSTRUCTIONS,
     Context,
     context_prompt,
+    enriched_vectors,
     kept_context,
     keyed,
 )
 from app.memory.learning.manager import Manager, build_http_client  # noqa: E402
 from app.memory.service import MemoryService  # noqa: E402
-from app.memory.store.records import NewMemory  # noqa: E402
-from app.memory.store.tables import MemoryType  # noqa: E402
+from app.memory.store.records import MemoryRecord, NewMemory  # noqa: E402
+from app.memory.store.tables import MemorySource, MemoryType  # noqa: E402
+from app.memory.store.upkeep import Keyed, rekeyed  # noqa: E402
 from bench.llm_server import start_server  # noqa: E402
 from bench.manager_eval import (  # noqa: E402
     KS,
@@ -91,6 +93,18 @@ async def contexts_for(
     return out
 
 
+async def enrich(
+    service: MemoryService, user_id: str, records: list[MemoryRecord], context: str
+) -> None:
+    """Give these memories `context` as the idle work does (its key, its vectors, its write)."""
+    texts = [r.content for r in records]
+    vectors = await enriched_vectors(service.embedder, texts, context)
+    read = [Keyed(r.id, r.content, r.content, r.created_at, r.observed_at, 0) for r in records]
+    async with service.store.writing(user_id, MemorySource.UPKEEP) as w:
+        await rekeyed(w, [(k, keyed(k.key, context), v.embedding, v.model)
+                          for k, v in zip(read, vectors, strict=True)])  # fmt: skip
+
+
 def episodes_of(session: Session, user: str) -> list[str]:
     return [t.text for t in session.turns if t.speaker == user]
 
@@ -111,13 +125,12 @@ async def measure(
                 for session in sessions:
                     texts = episodes_of(session, user)
                     context = contexts.get(f"{sample['sample_id']}/{user}/{session.number}")
-                    items = [
-                        NewMemory(text, type=MemoryType.EPISODE, observed_at=session.when,
-                                  index_text=keyed(text, context)
-                                  if name == "enriched" and context else None)
-                        for text in texts
-                    ]  # fmt: skip
-                    written = await service.add(f"{sample['sample_id']}-{user}-{name}", items)
+                    items = [NewMemory(text, type=MemoryType.EPISODE, observed_at=session.when)
+                             for text in texts]  # fmt: skip
+                    owner = f"{sample['sample_id']}-{user}-{name}"
+                    written = await service.add(owner, items)
+                    if name == "enriched" and context is not None:
+                        await enrich(service, owner, written.records, context)
                     for record in written.records:
                         sessions_of_memory[name][record.id] = {session.number}
             for qa, evidence in questions_of(sample, sessions, user):

@@ -1,4 +1,4 @@
-"""forgotten_memories.cause and .ended_at; manager_state.model
+"""forgotten_memories.cause and .ended_at; manager_state.model and .idle_after
 
 Revision ID: 0010
 Revises: 0009
@@ -8,8 +8,9 @@ Consolidation at idle time (app/memory/learning/consolidation.py) takes memories
 forgetting does, into `forgotten_memories`, for two more causes: a fact merged into another
 (`merged`) and a fact that stopped being true (`superseded`, with `ended_at`, the day it did).
 The idle work asks the model the user last chatted with (`manager_state.model`) unless
-MEMPROXY_MANAGER_MODEL names one. A replica of the version before writes `forgotten` rows
-without a cause (the server default) and never reads the model.
+MEMPROXY_MANAGER_MODEL names one; an idle job stopped by its bound (or a model it could not
+reach) has the next one wait until `manager_state.idle_after`. A replica of the version before
+writes `forgotten` rows without a cause (the server default) and never reads the new columns.
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ def upgrade() -> None:
         batch.add_column(sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True))
     with op.batch_alter_table("manager_state") as batch:
         batch.add_column(sa.Column("model", sa.String(256), nullable=True))
+        batch.add_column(sa.Column("idle_after", sa.DateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("manager_state") as batch:
+        batch.drop_column("idle_after")
         batch.drop_column("model")
     with op.batch_alter_table("forgotten_memories") as batch:
         batch.drop_column("ended_at")

@@ -113,7 +113,9 @@ class ChatMemory:
         failed = False
         if query or (self._limit and self._profile_budget):  # a profile needs no question
             try:
-                recalled = await asyncio.wait_for(self._recall(ctx, query), self._timeout)
+                deadline = time.monotonic() + self._timeout
+                recalled = await asyncio.wait_for(self._recall(ctx, query, deadline),
+                                                  self._timeout)  # fmt: skip
             except Exception as exc:  # memory must never fail a chat
                 failed = True
                 reason = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
@@ -177,8 +179,9 @@ class ChatMemory:
             reading_body=job,
         )
 
-    async def _recall(self, ctx: RequestContext, query: str | None) -> Recalled:
-        judge = self._judge.for_chat(ctx.user_id, ctx.model) if self._judge else None
+    async def _recall(self, ctx: RequestContext, query: str | None, deadline: float) -> Recalled:
+        judge = (self._judge.for_chat(ctx.user_id, ctx.model, deadline=deadline)
+                 if self._judge else None)  # fmt: skip
         return await self._service.recall(
             ctx.user_id,
             query,

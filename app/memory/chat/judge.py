@@ -7,18 +7,20 @@ helpful first (Automatic Memory Manager v4's inlet). Those come first, in its or
 their score; those it passed over are dropped; the candidates it was not shown follow in the
 fused order, above the threshold.
 
-Promises: it never fails or holds a chat longer than ``MEMPROXY_RECALL_JUDGE_SECONDS`` (1.0): on
+Promises: it never fails a chat, nor holds it longer than ``MEMPROXY_RECALL_JUDGE_SECONDS``
+(1.0) or the recall's own time (``MEMPROXY_RECALL_TIMEOUT_SECONDS``, less :data:`MARGIN`): on
 a timeout, an unreachable model or an answer that does not fit, the fused order stands (logged,
 counted in ``memproxy_recall_judge_total{outcome}``); an answer naming no candidate leaves the
 fused order too (a model that found nothing relevant is more often wrong than the search);
-answers are cached per user, message and candidates (:data:`CACHE_SIZE`), so a client's retry
-or a regenerated answer asks once.
+answers are cached per user, model, message and candidates (their words too: :data:`CACHE_SIZE`),
+so a client's retry or a regenerated answer asks once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -33,6 +35,12 @@ from app.metrics import Metrics
 logger = logging.getLogger("memproxy.memory")
 
 CACHE_SIZE = 1024
+MARGIN = 0.1
+"""Seconds of the chat's recall time the judge leaves to the rest of recall."""
+Key = tuple[str, str, str, tuple[tuple[int, str], ...]]
+"""A cached answer's: the user, the model, the message, the candidates (key and words)."""
+ANSWER_TOKENS = 60
+"""The answer's length at most: a short list of numbers, in JSON (time is what it costs)."""
 QUERY_CHARS = 1000
 """The end of a long message is what the model is shown of it (where the question is)."""
 
@@ -52,30 +60,44 @@ class RecallJudge:
         self._manager = manager
         self._seconds = settings.recall_judge_seconds
         self._metrics = metrics
-        self._cache: OrderedDict[tuple[str, str, tuple[int, ...]], list[int]] = OrderedDict()
+        self._cache: OrderedDict[Key, list[int]] = OrderedDict()
 
-    def for_chat(self, user_id: str, model: str) -> Judge:
-        """The judge of one chat of `user_id` whose request names `model`."""
+    def for_chat(self, user_id: str, model: str, *, deadline: float | None = None) -> Judge:
+        """The judge of one chat of `user_id` whose request names `model`; `deadline`
+        (``time.monotonic()``): when the chat's recall must be done (the judge takes at most
+        what is left of it, less :data:`MARGIN`)."""
 
         async def judge(query: str, hits: Sequence[Hit]) -> list[Hit] | None:
-            return await self.pick(user_id, model, query, hits)
+            return await self.pick(user_id, model, query, hits, deadline=deadline)
 
         return judge
 
     async def pick(
-        self, user_id: str, model: str, query: str, hits: Sequence[Hit]
+        self,
+        user_id: str,
+        model: str,
+        query: str,
+        hits: Sequence[Hit],
+        *,
+        deadline: float | None = None,
     ) -> list[Hit] | None:
         """The `hits` that help answer `query`, most helpful first, or None: the fused order
         stands (the module docstring)."""
         if len(hits) < 2:
             return None  # nothing to choose between
-        key = (user_id, query, tuple(h.key for h in hits))
+        key = (user_id, model, query, tuple((h.key, h.content) for h in hits))
         picked = self._cache.get(key)
         if picked is not None:
             self._cache.move_to_end(key)
             self._metrics.recall_judge.labels("cached").inc()
         else:
-            picked = await self._ask(model, query, list(hits))
+            seconds = self._seconds
+            if deadline is not None:
+                seconds = min(seconds, deadline - time.monotonic() - MARGIN)
+            if seconds <= 0:
+                self._metrics.recall_judge.labels("timeout").inc()
+                return None  # the recall's own time is out: the search's order stands
+            picked = await self._ask(model, query, list(hits), seconds)
             if picked is None:
                 return None
             self._cache[key] = picked
@@ -83,7 +105,9 @@ class RecallJudge:
                 self._cache.popitem(last=False)
         return [hits[n - 1] for n in picked] or None
 
-    async def _ask(self, model: str, query: str, shown: list[Hit]) -> list[int] | None:
+    async def _ask(
+        self, model: str, query: str, shown: list[Hit], seconds: float
+    ) -> list[int] | None:
         """The numbers the model picked (valid, once each), or None when it gave no answer in
         time; failures logged and counted."""
         lines = [f"{n}. {' '.join(h.content.split())}" for n, h in enumerate(shown, 1)]
@@ -91,8 +115,9 @@ class RecallJudge:
             lines
         )
         try:
-            async with asyncio.timeout(self._seconds):
-                answer = await self._manager.ask(model, Judged, INSTRUCTIONS, prompt)
+            async with asyncio.timeout(seconds):
+                answer = await self._manager.ask(model, Judged, INSTRUCTIONS, prompt,
+                                                 max_tokens=ANSWER_TOKENS)  # fmt: skip
         except TimeoutError:
             outcome = "timeout"
         except (ManagerUnavailable, ManagerAnswerUnusable) as exc:
@@ -106,6 +131,6 @@ class RecallJudge:
             return [n for n in dict.fromkeys(answer.relevant) if 1 <= n <= len(shown)]
         if outcome == "timeout":
             logger.info("relevance judge: no answer within %.1f s; the fused order stands",
-                        self._seconds)  # fmt: skip
+                        seconds)  # fmt: skip
         self._metrics.recall_judge.labels(outcome).inc()
         return None

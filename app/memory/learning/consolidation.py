@@ -15,18 +15,21 @@ For each new fact (oldest written first), the user's facts at least
   :mod:`.tidy_checks`'s, a small model's answer being a proposal only.
 
 What leaves goes to the forgotten memories with its cause and an event naming the fact that
-holds it (:mod:`app.memory.store.upkeep`), and can be put back from there. Bounds: the idle
-job's time (two thirds of ``MEMPROXY_IDLE_JOB_TIMEOUT_SECONDS``), the Manager's output tokens for
-one job (``MEMPROXY_MANAGER_JOB_MAX_TOKENS``) and :data:`MAX_ASKED` questions; a run stopped by
-one says where, and the next idle job goes on from there (the rest of facts written in one
-unit with ones it went through, an import's, is passed over: every run gets on). A question
-the model cannot answer usably leaves its group as it is; an unreachable model ends the asking
-for this job (the near copies are still merged). Each merge or supersession is a unit of work
-of its own, written only while the idle job is still this process's.
+holds it (:mod:`app.memory.store.upkeep`), and can be put back from there. Bounds: a deadline
+(the idle job's gives this step up to half of ``MEMPROXY_IDLE_JOB_TIMEOUT_SECONDS``; no answer is
+waited for past it), the Manager's output tokens for one job (``MEMPROXY_MANAGER_JOB_MAX_TOKENS``,
+for this step) and :data:`MAX_ASKED` questions; a run stopped by one says where, and the next
+idle job goes on from there (the rest of facts written in one unit with ones it went through,
+an import's, is passed over: every run gets on). A question the model cannot answer usably, or
+in time, leaves its group as it is; a model that cannot be reached stops the run where it is,
+for the next idle job (after the user's quiet time). Each merge or supersession is a unit of
+work of its own, written only while the idle job is still this process's, and only over facts
+whose words are still those the model was shown.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -42,7 +45,7 @@ from app.memory.learning.applier import JobGone
 from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.manager import Manager
 from app.memory.learning.tidy_checks import SAME_COSINE, covers, grounded, tells_a_change
-from app.memory.search.parts import decode, embed_for_store
+from app.memory.search.parts import decode, embed_for_store, vector_model
 from app.memory.service import MemoryService
 from app.memory.store.tables import MemorySource
 from app.memory.store.unit import Writer
@@ -57,6 +60,8 @@ it (its lease ran out) writes nothing more (:class:`JobGone`)."""
 NEIGHBOURS = 3
 """Facts shown with a new one at most: the model judges a small group well."""
 MAX_ASKED = 50
+ANSWER_TOKENS = 300
+"""An answer's length at most: two short lists and one memory, in JSON."""
 """Questions to the model in one idle job at most."""
 INSTRUCTIONS = """You keep a person's memory tidy. You are shown a few memories about the \
 user, numbered, oldest first, each with the day it was said. Answer with:
@@ -114,20 +119,22 @@ class Consolidation:
     ) -> Tidied:
         """Consolidate the user's facts written after version `since` (the module docstring);
         `model`: the model of the user's last chat (the Manager's unless one is configured);
-        no question asked past `deadline` (``time.monotonic()``; by default two thirds of the
-        idle job's time from now)."""
+        no answer waited for past `deadline` (``time.monotonic()``; by default half of the idle
+        job's time from now)."""
         self._holds = holds
         s = self._settings
         done = Tidied()
         if not s.consolidation:
             return done
         if deadline is None:
-            deadline = time.monotonic() + s.idle_job_timeout_seconds * 2 / 3
+            deadline = time.monotonic() + s.idle_job_timeout_seconds / 2
         usage = RunUsage()
         asking = self._manager is not None and bool(s.manager_model or model)
         store = self._service.store
+        model_of_vectors = vector_model(self._service.embedder)
         async with store.sessions() as session:
-            every = [f for f in await facts(session.execute, user_id) if f.embedding]
+            every = [f for f in await facts(session.execute, user_id)
+                     if f.embedding and f.embedding_model == model_of_vectors]  # fmt: skip
         if not every:
             return done
         dim = self._service.embedder.dim
@@ -161,10 +168,13 @@ class Consolidation:
             group = [fact, *(every[j] for j, c in near if c < s.dedup_threshold)]
             if asking and len(group) > 1:
                 try:
-                    await self._ask(user_id, group, vectors, every, model, usage, job_id, done)
+                    await self._ask(user_id, group, vectors, every, model, usage, job_id, done,
+                                    deadline)  # fmt: skip
                 except ManagerUnavailable as exc:
+                    # asked again by the next idle job (after the user's quiet time)
                     logger.info("job %s: consolidation stops: %s", job_id, exc)
-                    asking = False
+                    done.stopped_at = fact.seq - 1
+                    break
         return done
 
     def _near(
@@ -190,8 +200,10 @@ class Consolidation:
         usage: RunUsage,
         job_id: str,
         done: Tidied,
+        deadline: float,
     ) -> None:
-        """Ask the model about `group` and do what it says, where the checks allow."""
+        """Ask the model about `group` (an answer past `deadline` is not waited for: the group
+        stays as it is) and do what it says, where the checks allow."""
         assert self._manager is not None
         group = sorted(group, key=lambda f: (f.observed_at, f.key))
         prompt = "\n".join(
@@ -200,9 +212,12 @@ class Consolidation:
         )
         done.asked += 1
         try:
-            tidy = await self._manager.ask(model, Tidy, INSTRUCTIONS, prompt, usage=usage)
-        except ManagerAnswerUnusable as exc:
-            logger.info("job %s: consolidation answer unusable: %s", job_id, exc)
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                tidy = await self._manager.ask(model, Tidy, INSTRUCTIONS, prompt, usage=usage,
+                                               max_tokens=ANSWER_TOKENS)  # fmt: skip
+        except (ManagerAnswerUnusable, TimeoutError) as exc:
+            logger.info("job %s: consolidation: no usable answer: %s", job_id,
+                        exc or "past the idle job's time")  # fmt: skip
             done.refused += 1
             return
         at = {f.id: n for n, f in enumerate(every)}
@@ -232,13 +247,16 @@ class Consolidation:
         flagged = {group[n - 1].id for n in tidy.outdated if 1 <= n <= len(group)}
         if newest.id in flagged and len(group) == 2:
             flagged = {group[0].id}
+        like = vectors[at[newest.id]]
         for older in group:
             if older.id not in flagged or older is newest or older.id in done.gone:
                 continue
             if newest.id in done.gone or older.observed_at >= newest.observed_at:
                 continue
+            if float(vectors[at[older.id]] @ like) < self._settings.consolidation_cosine:
+                continue  # the newer one is about something else
             async with self._writing(user_id, job_id) as w:
-                if await supersede(w, older.id, newest.id):
+                if await supersede(w, older.id, newest.id, read=_read(older, newest)):
                     done.superseded += 1
                     done.gone.add(older.id)
 
@@ -248,7 +266,8 @@ class Consolidation:
         (embedded,) = await embed_for_store(self._service.embedder, [text])
         async with self._writing(user_id, job_id) as w:
             merged = await merge(w, into.id, [f.id for f in others], text,
-                                 embedding=embedded.embedding, model=embedded.model)  # fmt: skip
+                                 embedding=embedded.embedding, model=embedded.model,
+                                 read=_read(into, *others))  # fmt: skip
         if merged is not None:
             done.merged += len(merged.gone)
             done.gone.update(merged.gone)
@@ -263,3 +282,8 @@ class Consolidation:
             if self._holds is not None and not await self._holds(w):
                 raise JobGone(job_id)
             yield w
+
+
+def _read(*facts: Fact) -> dict[str, str]:
+    """The words of these facts as this run read them (a write finding others leaves them)."""
+    return {f.id: f.content for f in facts}

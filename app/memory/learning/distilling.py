@@ -1,119 +1,103 @@
-"""Distilling at idle time, the Manager's second chance: the episodes of a conversation that
-gave no fact (the model missed them, or its answer could not be used and the job was parked
-with its words kept) are read by the Manager once more, as the user's turns of that day
-(MemForest's session summary, in memproxy's terms: facts drawn from the words).
+"""Distilling, the Manager's second chance: the episodes of an exchange that gave no fact (the
+model missed them, or its answer could not be used and the job was parked with its words kept)
+are queued for the Manager once more, as the user's turns of that day (MemForest's session
+summary, in memproxy's terms: facts drawn from the words).
 
-The episodes written after the user's last idle job that no fact links to are taken by the job
-that wrote them (one conversation's exchange), at most :data:`TURNS` of each, and go through
-what a chat's job goes through (:func:`app.memory.learning.deciding.decide`: the related
-memories shown, the rules after the model, the grounds, the applier's guards), the facts it
-writes linked to those episodes, dated the day they were said. Once: an episode is new to one
-idle job only, and one a fact now comes from is no longer alone.
+The idle job (:mod:`.idle`) takes the episodes written after the user's last one that no fact
+links to, by the unit that wrote them (one exchange), and queues each exchange as a job of a
+past conversation (:data:`~app.memory.learning.job_kinds.HISTORY_JOB`: after every chat's job,
+never dropped): the worker runs it as any job (leases, retries, the related memories shown, the
+rules after the model, the grounds, the applier's guards), writes no episode again, and links
+the facts it writes to those episodes. A short answer kept with the question it answers
+(``No. (answering "Do you eat honey?")``) is given back as the assistant's question and the
+user's answer: the question is never taken for the user's words.
 
-Bounds: :data:`GROUPS` conversations an idle job, within its deadline (the caller's); a run
-stopped by either says where, for the next idle job to go on from. A conversation whose answer
-cannot be used is passed over; an unreachable model ends the run.
+Once: each exchange is queued at most once (a mark in the turns taken, in the transaction that
+queues it); the words of a job that is still parked are left to it (retried, it learns them).
+At most :data:`GROUPS` exchanges an idle job; the rest are for the next (``stopped_at``).
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Awaitable, Callable
+import hashlib
+import re
 from dataclasses import dataclass
 from itertools import groupby
 
+from pydantic_ai.messages import ModelMessage
+
 from app.config import Settings
-from app.memory.learning.applier import Applier, JobGone
-from app.memory.learning.deciding import decide
-from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
-from app.memory.learning.leases import Job
-from app.memory.learning.manager import Manager
+from app.memory.learning.idle_jobs import DISTIL, Distil, IdleJobs
+from app.memory.learning.job_kinds import HISTORY_JOB
 from app.memory.learning.parking import KEPT
 from app.memory.learning.turns import dump, turn
 from app.memory.service import MemoryService
-from app.memory.store.unit import Writer
-from app.memory.store.upkeep import lone_episodes
+from app.memory.store.upkeep import Lone, lone_episodes
 
-logger = logging.getLogger("memproxy.manager")
-
-GROUPS = 10
-"""Conversations distilled by one idle job at most."""
+GROUPS = 20
+"""Exchanges queued by one idle job at most."""
 TURNS = 40
-"""Episodes of one conversation read at once at most (its last: a long import's rest stays
-words)."""
+"""Episodes of one exchange given at once at most (its last)."""
+
+_ANSWERING = re.compile(r'^(?P<answer>.*) \(answering "(?P<question>.*)"\)$', re.S)
 
 
 @dataclass(slots=True)
 class Distilled:
-    """What one run did."""
-
-    conversations: int = 0
-    facts: int = 0
-    """Facts written (created or updated)."""
-    refused: int = 0
+    queued: int = 0
+    """Exchanges queued for the Manager."""
     stopped_at: int | None = None
-    """The version to go on from (a bound stopped the run), or None."""
+    """The version to go on from (more exchanges than :data:`GROUPS`), or None."""
+
+
+def turns_of(text: str, said: Lone) -> list[ModelMessage]:
+    """An episode's words as the turns they were: a short answer after its question."""
+    match = _ANSWERING.match(text)
+    if match is None:
+        return [turn("user", text, said.observed_at)]
+    return [turn("assistant", match["question"], said.observed_at),
+            turn("user", match["answer"], said.observed_at)]  # fmt: skip
 
 
 class Distilling:
-    def __init__(self, service: MemoryService, manager: Manager | None, settings: Settings) -> None:
+    def __init__(self, queue: IdleJobs, service: MemoryService, settings: Settings) -> None:
+        self._queue = queue
         self._service = service
-        self._manager = manager
         self._settings = settings
-        self._applier = Applier(service, dedup_threshold=settings.dedup_threshold)
 
-    async def run(
-        self,
-        user_id: str,
-        *,
-        since: int,
-        model: str,
-        job_id: str,
-        deadline: float,
-        holds: Callable[[Writer], Awaitable[bool]] | None = None,
-    ) -> Distilled:
-        """Distill the user's lone episodes written after version `since` (the module
-        docstring), until `deadline` (``time.monotonic()``); `model`: the user's last chat's.
-        Nothing without a model to ask."""
+    async def run(self, user_id: str, *, since: int, model: str) -> Distilled:
+        """Queue the user's exchanges written after version `since` that gave no fact (the
+        module docstring); `model`: the user's last chat's (nothing without a model)."""
         done = Distilled()
         s = self._settings
-        if self._manager is None or not (s.manager_model or model) or not s.consolidation:
+        if not s.consolidation or not (s.manager_model or model):
             return done
         async with self._service.store.sessions() as session:
             lone = await lone_episodes(session.execute, user_id, since)
-
-        async def held(w: Writer) -> None:
-            if holds is not None and not await holds(w):
-                raise JobGone(job_id)
-
-        for _, grouped in groupby(lone, key=lambda e: e.created_at):
-            group = list(grouped)[-TURNS:]
-            if done.conversations >= GROUPS or time.monotonic() > deadline:
+        held = await self._queue.kept_by_jobs(user_id)
+        rows: list[Distil] = []
+        free = (e for e in lone if e.id not in held)
+        for _, grouped in groupby(free, key=lambda e: e.created_at):
+            group = list(grouped)
+            if len(rows) >= GROUPS:
                 done.stopped_at = group[0].seq - 1
                 break
-            said = group[0].observed_at
-            ids = [e.id for e in group]
-            job = Job(
-                job_id, user_id, explicit=False, attempts=1, created_at=said,
-                payload={"model": model, "context": [], "fingerprints": [], KEPT: ids,
-                         "new": dump([turn("user", e.content, said) for e in group])},
-            )  # fmt: skip
-            done.conversations += 1
-            try:
-                decided = await decide(self._manager, self._service, job, episodes=False)
-            except ManagerAnswerUnusable as exc:
-                logger.info("job %s: distilling a conversation: unusable answer: %s", job_id, exc)
-                done.refused += 1
-                continue
-            except ManagerUnavailable as exc:
-                logger.info("job %s: distilling stops: %s", job_id, exc)
-                break
-            if not decided.operations:
-                continue
-            outcomes = await self._applier.apply(
-                user_id, decided.operations, decided.aliases, job_id=job_id,
-                grounds=decided.grounds, observed_at=said, kept=ids, within=held,
-            )  # fmt: skip
-            done.facts += sum(o.result in ("created", "updated") for o in outcomes)
+            rows.append(_distil(group[-TURNS:], model))
+        done.queued = await self._queue.queue_distil(user_id, rows)
         return done
+
+
+def _distil(group: list[Lone], model: str) -> Distil:
+    """The job of one exchange's episodes: their turns as new, the episodes as kept (none is
+    written again), dated the day they were said; its id and mark name its first episode."""
+    said = group[0]
+    turns = [t for e in group for t in turns_of(e.content, e)]
+    payload = {"model": model, "context": [], "new": dump(turns), "fingerprints": [],
+               "said_at": said.observed_at.isoformat(), KEPT: [e.id for e in group]}  # fmt: skip
+    return Distil(distil_job_id(said.id), f"{DISTIL}{said.id}", payload)
+
+
+def distil_job_id(episode_id: str) -> str:
+    """The id of the job that distils the exchange whose first episode is `episode_id` (a job
+    id holds 36 characters)."""
+    return f"{HISTORY_JOB}{DISTIL}{hashlib.sha256(episode_id.encode()).hexdigest()[:20]}"

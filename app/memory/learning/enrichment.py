@@ -7,23 +7,28 @@ The memories written after the user's last idle job are taken by the unit that w
 chat's job writes an exchange's facts and episodes together), at most :data:`GROUPS` groups an
 idle job, and the Manager's model is asked once per group (:class:`Context`), shown the day and
 the group's memories. The sentence is kept only if it is a sentence of the memories' own words
-(:func:`~app.memory.learning.tidy_checks.grounded`, a few joining words aside) and at most
-:data:`CONTEXT_CHARS` long; it is appended to each memory's key after :data:`MARK`
-(:func:`keyed`: a key enriched before is enriched afresh, not twice). A memory whose words change
-(an edit, an update, a merge, an episode given new facts) gets its plain key back and is
-enriched again by the next idle job. Off by default (``MEMPROXY_ENRICHMENT``): measured on the
-dev LoCoMo set, docs/performance.md.
+(:func:`~app.memory.learning.tidy_checks.grounded`, a few joining words aside), cut to its
+first sentence and at most :data:`CONTEXT_CHARS` long; it is appended to each memory's key
+after :data:`MARK` (:func:`keyed`: BM25 reads it there) and its vector added to the memory's
+(the words' own vectors stay first: what consolidation compares). A key enriched already is
+not enriched again (:data:`MARK` in it); a memory whose words change (an edit, an update, a
+merge, an episode given new facts) gets its plain key back and is enriched again by the next
+idle job. Off by default
+(``MEMPROXY_ENRICHMENT``): measured on the dev LoCoMo set, docs/performance.md.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
 
+import numpy as np
 from pydantic import BaseModel
 from pydantic_ai.usage import RunUsage
 
@@ -32,7 +37,8 @@ from app.memory.learning.applier import JobGone
 from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.manager import Manager
 from app.memory.learning.tidy_checks import grounded
-from app.memory.search.parts import embed_for_store
+from app.memory.search.embedder import TextEmbedder
+from app.memory.search.parts import MAX_PARTS, Embedded, embed_memories, encode, vector_model
 from app.memory.service import MemoryService
 from app.memory.store.tables import MemorySource
 from app.memory.store.unit import Writer
@@ -47,15 +53,18 @@ GROUPS = 20
 MEMORIES = 12
 """Memories of one group shown to the model at most (the rest get the same sentence)."""
 CONTEXT_CHARS = 300
-NEW_WORDS = 4
-"""Words of the context none of its memories has, at most ("talked", "about", the user's...)."""
+ANSWER_TOKENS = 160
+"""The answer's length at most: a sentence in JSON (a small model goes on to retell all)."""
+NEW_WORDS = 6
+"""Words of the context none of its memories has, at most ("talked", "shared", "experience"...)."""
+_FIRST_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 
 INSTRUCTIONS = """You help a search engine find what a person said. You are shown the day of a \
 conversation and what was kept of it: the user's own words and the facts about the user. Write \
-one short sentence of context, in the third person, that says when it was and what it was \
-about: the main subjects, with the names of the people, places, activities and events in it. \
-Use only what is shown. Example: "On 8 May 2023 the user talked about an LGBTQ support group \
-and adopting children as a single parent." """
+one short sentence of context (at most 30 words), in the third person, that says when it was \
+and what it was about: the main subjects, with the names of the people, places, activities and \
+events in it. Use only what is shown. Example: "On 8 May 2023 the user talked about an LGBTQ \
+support group and adopting children as a single parent." """
 
 
 class Context(BaseModel):
@@ -105,7 +114,8 @@ class Enrichment:
         if not s.enrichment or self._manager is None or not (s.manager_model or model):
             return done
         async with self._service.store.sessions() as session:
-            found = await fresh_keys(session.execute, user_id, since)
+            found = [k for k in await fresh_keys(session.execute, user_id, since)
+                     if MARK not in k.key]  # given its context already  # fmt: skip
         usage = RunUsage()
         for _, grouped in groupby(found, key=lambda k: k.created_at):
             group = list(grouped)
@@ -115,18 +125,24 @@ class Enrichment:
                 break
             done.groups += 1
             try:
-                context = await self._ask(group, model, usage)
-            except ManagerAnswerUnusable as exc:
-                logger.info("job %s: enrichment answer unusable: %s", job_id, exc)
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    context = await self._ask(group, model, usage)
+            except (ManagerAnswerUnusable, TimeoutError) as exc:  # the group keeps its key
+                logger.info("job %s: enrichment: no usable answer: %s", job_id,
+                            exc or "past the idle job's time")  # fmt: skip
                 context = None
             except ManagerUnavailable as exc:
+                # asked again by the next idle job (after the user's quiet time)
                 logger.info("job %s: enrichment stops: %s", job_id, exc)
+                done.stopped_at = group[0].seq - 1
                 break
             if context is None:
                 done.refused += 1
                 continue
             keys = [keyed(k.key, context) for k in group]
-            embedded = await embed_for_store(self._service.embedder, keys)
+            embedded = await enriched_vectors(
+                self._service.embedder, [plain(k.key) for k in group], context
+            )
             async with self._service.store.writing(
                 user_id, MemorySource.UPKEEP, job_id=job_id
             ) as w:
@@ -146,8 +162,24 @@ class Enrichment:
         assert self._manager is not None
         keys = [plain(k.key) for k in group]
         prompt = context_prompt(group[0].observed_at, keys)
-        answer = await self._manager.ask(model, Context, INSTRUCTIONS, prompt, usage=usage)
+        answer = await self._manager.ask(model, Context, INSTRUCTIONS, prompt, usage=usage,
+                                         max_tokens=ANSWER_TOKENS)  # fmt: skip
         return kept_context(answer.context, group[0].observed_at, keys)
+
+
+async def enriched_vectors(
+    embedder: TextEmbedder, texts: Sequence[str], context: str
+) -> list[Embedded]:
+    """Each text's vectors with `context`: those of its words (the whole first, as
+    consolidation and every search read them), then the context's, one more part a search
+    may match (:mod:`app.memory.search.parts`)."""
+    vectors = await embed_memories(embedder, [*texts, context])
+    added = vectors[-1][:1]
+    out = []
+    for own in vectors[:-1]:
+        both = np.vstack([own[: MAX_PARTS - 1], added])
+        out.append(Embedded(both, encode(both), vector_model(embedder)))
+    return out
 
 
 def context_prompt(day: datetime, texts: Sequence[str]) -> str:
@@ -157,8 +189,9 @@ def context_prompt(day: datetime, texts: Sequence[str]) -> str:
 
 
 def kept_context(answer: str, day: datetime, texts: Sequence[str]) -> str | None:
-    """The model's context sentence, when it is one to keep (the module docstring)."""
-    text = " ".join(answer.split())
+    """The model's context sentence, when it is one to keep (the module docstring): its first
+    sentence (a small model goes on to retell everything, measured)."""
+    text = _FIRST_SENTENCE.split(" ".join(answer.split()), maxsplit=1)[0]
     words = [*texts, day.strftime("%d %B %Y"), "the user"]
     if not text or len(text) > CONTEXT_CHARS or not grounded(text, words, allowed=NEW_WORDS):
         return None

@@ -23,6 +23,7 @@ from app.memory.learning.applier import JobGone
 from app.memory.learning.consolidation import Consolidation, Tidied
 from app.memory.learning.distilling import Distilled, Distilling
 from app.memory.learning.enrichment import Enriched, Enrichment
+from app.memory.learning.job_kinds import OVER_JOB
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.leases import Job
 from app.memory.learning.manager import Manager
@@ -46,6 +47,8 @@ class Upkept:
     tidied: Tidied
     distilled: Distilled
     enriched: Enriched
+    upto: int | None
+    """The version the next idle job goes on from (a step stopped at its bound), or None."""
 
 
 class IdleWork:
@@ -61,7 +64,7 @@ class IdleWork:
         self._queue = queue
         self.forgetting = Forgetting.configured(service, settings)
         self.consolidation = Consolidation(service, manager, settings)
-        self.distilling = Distilling(service, manager, settings)
+        self.distilling = Distilling(queue, service, settings)
         self.enrichment = Enrichment(service, manager, settings)
         self._timeout = settings.idle_job_timeout_seconds
         self._quiet = settings.idle_seconds
@@ -125,43 +128,45 @@ class IdleWork:
         for outcome, count in (("used", used), ("refused", tidied.refused)):
             if count > 0:
                 self._metrics.consolidation_questions.labels(outcome).inc(count)
-        distilled = done.distilled
-        if distilled.facts:
-            self._metrics.distilled_facts.inc(distilled.facts)
+        if done.distilled.queued:
+            self._metrics.distilled_exchanges.inc(done.distilled.queued)
         if done.enriched.memories:
             self._metrics.enriched_memories.inc(done.enriched.memories)
         logger.info(
-            "idle job %s done: %d facts from %d conversations' words; %d facts merged, %d "
+            "idle job %s done: %d exchanges' words queued to be distilled; %d facts merged, %d "
             "superseded (%d questions, %d refused); %d memories given a context%s; %d memories "
-            "forgotten", job.id, distilled.facts, distilled.conversations, tidied.merged,
-            tidied.superseded, tidied.asked, tidied.refused, done.enriched.memories,
-            "" if tidied.stopped_at is None and distilled.stopped_at is None
-            and done.enriched.stopped_at is None else " (stopped at its bound)",
+            "forgotten", job.id, done.distilled.queued, tidied.merged, tidied.superseded,
+            tidied.asked, tidied.refused, done.enriched.memories,
+            "" if done.upto is None else f" (stopped at its bound: goes on from {done.upto})",
             len(done.forgotten),
         )  # fmt: skip
 
     async def run(self, job: Job) -> Upkept:
         """Do the job's work and consume it; :class:`JobGone` when this process no longer held
-        it (nothing was written); TimeoutError past the bound (nothing was written)."""
+        it (what it wrote before is kept: each step's writes are whole); TimeoutError past the
+        bound (the job is retried, as a Manager job is). A user past a capacity who chats on
+        (an ``-over`` job) gets forgetting alone: the rest waits for them to go quiet, and
+        their chats' jobs are not held behind model calls."""
 
         async def consume(w: Writer) -> None:
             if not await self._queue.consume(w, job.id):
                 raise JobGone(job.id)
 
+        if job.id.endswith(OVER_JOB):
+            async with asyncio.timeout(self._timeout):
+                forgot = await self.forgetting.forget(job.user_id, job_id=job.id, within=consume)
+            return Upkept(forgot.leaving, Tidied(), Distilled(), Enriched(), None)
         since = int(job.payload.get("since") or 0)
         holds = functools.partial(self._queue.holds, job_id=job.id)
         started = time.monotonic()
         async with asyncio.timeout(self._timeout):
-            # Each step asks no more questions past its share of the job's time (forgetting,
-            # which asks none, gets the rest). Enrichment comes after consolidation: a fact
-            # merged into is given its context with its new words.
-            distilled = await self.distilling.run(
-                job.user_id, since=since, model=job.model, job_id=job.id, holds=holds,
-                deadline=started + self._timeout * 0.25,
-            )  # fmt: skip
+            # Each step asks no question past its share of the job's time, each call bounded
+            # by it (forgetting, which asks none, gets the rest). Enrichment comes after
+            # consolidation: a fact merged into is given its context with its new words.
+            distilled = await self.distilling.run(job.user_id, since=since, model=job.model)
             tidied = await self.consolidation.run(
                 job.user_id, since=since, model=job.model, job_id=job.id, holds=holds,
-                deadline=started + self._timeout * 0.6,
+                deadline=started + self._timeout * 0.5,
             )  # fmt: skip
             enriched = await self.enrichment.run(
                 job.user_id, since=since, model=job.model, job_id=job.id, holds=holds,
@@ -169,8 +174,9 @@ class IdleWork:
             )  # fmt: skip
             stops = [v for v in (distilled.stopped_at, tidied.stopped_at, enriched.stopped_at)
                      if v is not None]  # fmt: skip
-            done = functools.partial(self._queue.idle_done, upto=min(stops, default=None))
+            upto = min(stops, default=None)
+            done = functools.partial(self._queue.idle_done, upto=upto, wait=self._quiet)
             forgot = await self.forgetting.forget(
                 job.user_id, job_id=job.id, within=consume, after=done
             )
-        return Upkept(forgot.leaving, tidied, distilled, enriched)
+        return Upkept(forgot.leaving, tidied, distilled, enriched, upto)

@@ -18,20 +18,44 @@ Promises (:meth:`IdleJobs.queue_idle`):
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.memory.learning.job_kinds import IDLE_JOB, OVER_JOB, idle
 from app.memory.learning.leases import Leases
+from app.memory.learning.parking import KEPT
 from app.memory.store.db import insert_for, writing
-from app.memory.store.tables import JobStatus, ManagerJob, ManagerState, Memory, UserState
+from app.memory.store.tables import (
+    JobStatus,
+    ManagerJob,
+    ManagerState,
+    Memory,
+    ProcessedTurn,
+    UserState,
+)
 from app.memory.store.unit import Writer
 
 IDLE_BATCH = 200
 """Users given an idle job per look: the rest at the next one."""
+DISTIL = "distil-"
+"""How the id of a job that distils an exchange's words begins, after
+:data:`~app.memory.learning.job_kinds.HISTORY_JOB` (:mod:`.distilling`), and its mark in the
+turns taken begins."""
+
+
+@dataclass(frozen=True, slots=True)
+class Distil:
+    """A job that distils one exchange's episodes (:mod:`.distilling`)."""
+
+    id: str
+    mark: str
+    """Recorded as a turn taken: the exchange is queued once."""
+    payload: dict[str, Any]
 
 
 def idle_job_id(user_id: str, version: int, *, over: bool = False) -> str:
@@ -92,6 +116,7 @@ class IdleJobs(Leases):
             .outerjoin(ManagerState, ManagerState.user_id == UserState.user_id)
             .where(
                 UserState.version > func.coalesce(ManagerState.idle_version, 0),
+                or_(ManagerState.idle_after.is_(None), ManagerState.idle_after < stamp),
                 or_(ManagerState.last_job_at.is_(None), ManagerState.last_job_at < quiet_since),
                 last_write < quiet_since,  # no memory at all (an erased user): NULL, not due
                 UserState.user_id.not_in(busy),
@@ -130,13 +155,46 @@ class IdleJobs(Leases):
             row = _row(user_id, int(version), stamp, model, since, over=True)
             return await _insert(session, [row]) > 0
 
-    async def idle_done(self, w: Writer, *, upto: int | None = None) -> None:
+    async def queue_distil(self, user_id: str, jobs: Sequence[Distil]) -> int:
+        """Queue these jobs of the user, each once ever (its mark, taken in the same
+        transaction): how many were queued."""
+        if not jobs:
+            return 0
+        stamp = self._now()
+        async with writing(self._sessions) as session:
+            marks = insert_for(session)(ProcessedTurn).on_conflict_do_nothing()
+            taken = set(await session.scalars(
+                marks.returning(ProcessedTurn.fingerprint),
+                [{"user_id": user_id, "fingerprint": j.mark, "created_at": stamp} for j in jobs],
+            ))  # fmt: skip
+            rows = [
+                {"id": j.id, "user_id": user_id, "explicit": False,
+                 "status": JobStatus.QUEUED.value, "attempts": 0, "next_attempt_at": stamp,
+                 "created_at": stamp, "payload": j.payload}
+                for j in jobs if j.mark in taken
+            ]  # fmt: skip
+            if rows:
+                await session.execute(insert(ManagerJob), rows)
+            return len(rows)
+
+    async def kept_by_jobs(self, user_id: str) -> set[str]:
+        """The ids of the episodes the user's jobs keep (a parked job's words: it learns them
+        when retried)."""
+        async with self._sessions() as session:
+            payloads = await session.scalars(
+                select(ManagerJob.payload).where(ManagerJob.user_id == user_id)
+            )
+            return {str(i) for p in payloads for i in (p or {}).get(KEPT) or ()}
+
+    async def idle_done(self, w: Writer, *, upto: int | None = None, wait: float = 0.0) -> None:
         """In the unit `w` that consumes the user's idle job (its lock taken): their idle work
         is done as of the version `w` commits (none is due until their memories change again),
-        or only `upto` that version (it stopped at its bound: the next idle job goes on from
-        there)."""
+        or only `upto` that version (it stopped at its bound, or could not reach the model: the
+        next idle job goes on from there, no sooner than `wait` seconds from now)."""
         version = await w.committing() if upto is None else upto
-        statement = w.insert(ManagerState).values(user_id=w.user_id, idle_version=version)
+        after = self._now() + timedelta(seconds=wait) if upto is not None else None
+        values = {"idle_version": version, "idle_after": after}
+        statement = w.insert(ManagerState).values(user_id=w.user_id, **values)
         await w.execute(statement.on_conflict_do_update(
-            index_elements=[ManagerState.user_id], set_={"idle_version": version}
+            index_elements=[ManagerState.user_id], set_=values
         ))  # fmt: skip

@@ -57,6 +57,8 @@ class Queued:
 SQL_BATCH = 256
 """Fingerprints per statement: a conversation of 50,000 turns in one statement took seconds to
 compile (on the event loop) and exceeds SQLite's limit of bound parameters."""
+MODEL_CHARS = 256
+"""What `manager_state.model` holds of a chat's model name at most."""
 
 
 def _for_manager(message: ModelMessage) -> ModelMessage:
@@ -247,11 +249,12 @@ class JobQueue(IdleJobs):
         job.next_attempt_at = due
         job.owner = job.lease_until = None
         insert = insert_for(session)
+        model = str(job.payload["model"])[:MODEL_CHARS]  # the column's size (a name is shorter)
         await session.execute(
             insert(ManagerState)
-            .values(user_id=job.user_id, last_job_at=due, model=job.payload["model"])
+            .values(user_id=job.user_id, last_job_at=due, model=model)
             .on_conflict_do_update(index_elements=[ManagerState.user_id],
-                                   set_={"last_job_at": due, "model": job.payload["model"]})
+                                   set_={"last_job_at": due, "model": model})
         )  # fmt: skip
         await session.flush()
         return Queued(job.id, await self._trim(session))

@@ -174,16 +174,18 @@ class Manager:
         prompt: str,
         *,
         usage: RunUsage | None = None,
+        max_tokens: int | None = None,
     ) -> AnswerT:
         """One answer of the model as `schema` to `prompt` (the idle work's questions), with
         what :meth:`decide` has: the output modes, retries, the time and token bounds of one
-        job (`usage`, shared by a caller's several questions, counts against the tokens), and
-        the same two failures."""
+        job (`usage`, shared by a caller's several questions, counts against the tokens; an
+        answer has at most `max_tokens`, or MEMPROXY_MANAGER_MAX_TOKENS), and the same two
+        failures."""
 
         async def attempt(model: Model, mode: OutputMode, usage: RunUsage,
                           budget: JobBudget) -> AnswerT:  # fmt: skip
             answer = await self._answer(model, mode, usage, budget, schema, instructions_text,
-                                        prompt)  # fmt: skip
+                                        prompt, max_tokens)  # fmt: skip
             assert isinstance(answer, schema)
             return answer
 
@@ -272,6 +274,7 @@ class Manager:
     async def _answer(
         self, model: Model, mode: OutputMode, usage: RunUsage, budget: JobBudget,
         schema: type[BaseModel], instructions_text: str, prompt: str,
+        max_tokens: int | None = None,
     ) -> BaseModel:  # fmt: skip
         """One call of the model in `mode` (its retries included), answered as `schema`; the
         job's `usage` so far counts against the job's token bound. Raises
@@ -290,7 +293,7 @@ class Manager:
             retries=s.manager_max_retries,
             model_settings=ModelSettings(
                 temperature=s.manager_temperature,
-                max_tokens=s.manager_max_tokens,
+                max_tokens=min(max_tokens or s.manager_max_tokens, s.manager_max_tokens),
                 timeout=s.manager_timeout_seconds,
             ),
         )

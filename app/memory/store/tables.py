@@ -297,3 +297,6 @@ class ManagerState(Base):
     model: Mapped[str | None] = mapped_column(String(256), nullable=True)
     """The model of the user's last chat with a job: the idle work's, unless
     MEMPROXY_MANAGER_MODEL names one."""
+    idle_after: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    """No idle job before this (the last one stopped at its bound, or could not reach the
+    model: the next goes on from `idle_version` after the user's quiet time)."""

@@ -18,7 +18,7 @@ Pinned facts never leave (they may survive a merge); either can be put back from
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -43,21 +43,22 @@ class Fact:
     observed_at: datetime
     seq: int
     embedding: bytes | None
+    embedding_model: str | None
 
 
 async def facts(execute: Execute, user_id: str) -> list[Fact]:
     """Every fact of the user (no episode), oldest said first."""
     found = await execute(
         select(Memory.key, Memory.id, Memory.content, Memory.pinned, Memory.profile,
-               Memory.observed_at, Memory.seq, Memory.embedding)
+               Memory.observed_at, Memory.seq, Memory.embedding, Memory.embedding_model)
         .where(Memory.user_id == user_id, Memory.type != MemoryType.EPISODE.value)
         .order_by(Memory.observed_at, Memory.key)
     )  # fmt: skip
     rows = cast("list[tuple[Any, ...]]", found.all())
     return [
         Fact(int(key), str(i), str(content), bool(pinned), bool(profile), aware(observed),
-             int(seq or 0), embedding)
-        for key, i, content, pinned, profile, observed, seq, embedding in rows
+             int(seq or 0), embedding, model)
+        for key, i, content, pinned, profile, observed, seq, embedding, model in rows
     ]  # fmt: skip
 
 
@@ -152,12 +153,15 @@ async def merge(
     *,
     embedding: bytes,
     model: str,
+    read: Mapping[str, str] | None = None,
 ) -> Merged | None:
     """Merge the facts `others` into `survivor_id` (the module docstring), which now says
-    `content` (`embedding`, of `model`, is that text's); those gone or pinned meanwhile stay
-    out of it. None when the survivor is gone, or none of the others is left to merge."""
+    `content` (`embedding`, of `model`, is that text's); those gone, pinned or changed
+    meanwhile (their words are no longer `read`'s) stay out of it. None when the survivor is
+    gone or changed, or none of the others is left to merge."""
     await w.lock()
     rows = await w.rows([survivor_id, *others])
+    rows = {i: row for i, row in rows.items() if read is None or read.get(i) == row.content}
     survivor = rows.get(survivor_id)
     leaving = [rows[i] for i in others if i in rows and i != survivor_id and not rows[i].pinned]
     if survivor is None or survivor.type == MemoryType.EPISODE.value or not leaving:
@@ -179,12 +183,15 @@ async def merge(
     return Merged(survivor_id, ids)
 
 
-async def supersede(w: Writer, older_id: str, newer_id: str) -> bool:
+async def supersede(
+    w: Writer, older_id: str, newer_id: str, *, read: Mapping[str, str] | None = None
+) -> bool:
     """The fact `older_id` stopped being true when `newer_id` was said: it leaves for the
-    archive with that day (the module docstring). False when either is gone, the older is
-    pinned, or was not said before the newer."""
+    archive with that day (the module docstring). False when either is gone or changed (its
+    words are no longer `read`'s), the older is pinned, or was not said before the newer."""
     await w.lock()
     rows = await w.rows([older_id, newer_id])
+    rows = {i: row for i, row in rows.items() if read is None or read.get(i) == row.content}
     older, newer = rows.get(older_id), rows.get(newer_id)
     if older is None or newer is None or older.pinned or older_id == newer_id:
         return False
@@ -209,5 +216,10 @@ async def _hand_links(w: Writer, from_ids: Sequence[str], to_id: str) -> None:
     )
     pairs = cast("list[tuple[str, str]]", found.all())
     held = {episode for fact, episode in pairs if fact == to_id}
-    for episode in dict.fromkeys(e for fact, e in pairs if fact != to_id and e not in held):
+    handed = list(dict.fromkeys(e for fact, e in pairs if fact != to_id and e not in held))
+    for episode in handed:
         w.link(to_id, episode)
+    # An episode given a link is stamped as written here: another process's index catches up
+    # by the rows written since its version, with their links.
+    for row in (await w.rows(handed)).values():
+        w.stamp(row)

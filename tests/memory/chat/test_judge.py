@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -110,6 +112,7 @@ async def test_the_memory_a_message_implies_reaches_the_chat_only_with_the_judge
     assert response.status_code == 200
     block = shown(route)
     assert "Is allergic to peanuts" in block
+    assert "Plays the cello" not in block  # it saw it and passed it over
     assert "Message: Can you suggest a snack" in model.prompts[0]
     assert len(re.findall(r"^\d+\. ", model.prompts[0], re.M)) == len(SMALL)
     await chat(client, message)  # the same message again: answered from the cache
@@ -147,3 +150,29 @@ async def test_off_by_default(make_client: AppClientFactory, route: respx.Route)
     await add(client, "Plays the cello in a string quartet")
     await chat(client, [{"role": "user", "content": "Any snack ideas?"}])
     assert model.prompts == []
+
+
+async def test_the_judge_takes_no_more_than_the_recall_has_left() -> None:
+    """Its time box ends with the chat's recall time (less a margin): with none left, it does
+    not ask, and the search's order stands."""
+    from app.memory.chat.judge import RecallJudge
+    from app.memory.learning.manager import Manager
+    from app.memory.search.ranking import Hit
+    from app.metrics import Metrics
+    from tests.conftest import make_settings
+
+    model = Knows(answer={"relevant": [1]})
+    settings = make_settings(recall_judge=True, recall_judge_seconds=5)
+    metrics = Metrics()
+    judge = RecallJudge(Manager(settings, http_client=httpx.AsyncClient(),
+                                model=FunctionModel(model)), settings, metrics)  # fmt: skip
+    now = datetime.now(UTC)
+    hits = [Hit(k, 0.5, 0.5, 0.5, f"memory {k}", now, now, "fact") for k in (1, 2)]
+    late = time.monotonic() + judge_module.MARGIN / 2
+    assert await judge.pick("ann", "m", "q", hits, deadline=late) is None
+    assert model.prompts == []
+    assert metrics.recall_judge.labels("timeout")._value.get() == 1
+    soon = time.monotonic() + 10
+    assert await judge.pick("ann", "m", "q", hits, deadline=soon) == [hits[0]]
+    assert await judge.pick("ann", "other", "q", hits, deadline=soon) == [hits[0]]
+    assert len(model.prompts) == 2  # cached per model too

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from sqlalchemy import select
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from app.memory.aging.forgetting import Forgetting
@@ -22,11 +22,21 @@ from app.memory.learning import consolidation
 from app.memory.learning.applier import JobGone
 from app.memory.learning.consolidation import Consolidation
 from app.memory.learning.idle import IdleWork
+from app.memory.learning.jobs import JobQueue
 from app.memory.learning.manager import Manager
+from app.memory.search.parts import embed_for_store
 from app.memory.service import MemoryService
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
-from app.memory.store.tables import MemoryEvent, MemoryLink, MemorySource, MemoryType
+from app.memory.store.tables import (
+    ManagerJob,
+    ManagerState,
+    MemoryEvent,
+    MemoryLink,
+    MemorySource,
+    MemoryType,
+)
+from app.memory.store.upkeep import merge, supersede
 from app.metrics import Metrics
 from tests.conftest import make_settings
 from tests.fakes import FakeEmbedder, decided
@@ -76,6 +86,12 @@ async def events(engine: AsyncEngine, user: str, action: str) -> list[tuple[str,
             .where(MemoryEvent.user_id == user, MemoryEvent.action == action)
         )  # fmt: skip
         return [(a, b) for a, b in rows]
+
+
+async def jobs(queue: JobQueue) -> list[str]:
+    """Every job in the queue, of any kind."""
+    async with queue._sessions() as session:
+        return list(await session.scalars(select(ManagerJob.id)))
 
 
 async def contents(service: MemoryService, user: str) -> list[str]:
@@ -199,7 +215,7 @@ async def test_a_bound_stops_the_run_where_the_next_goes_on(
     assert len(tidier.prompts) == 2
 
 
-async def test_an_unusable_answer_leaves_the_group_and_an_unreachable_model_ends_the_asking(
+async def test_an_unusable_answer_leaves_the_group_and_an_unreachable_model_stops_the_run(
     engine: AsyncEngine,
 ) -> None:
     settings = make_settings(consolidation_cosine=0.3, manager_max_retries=0)
@@ -225,7 +241,7 @@ async def test_an_unusable_answer_leaves_the_group_and_an_unreachable_model_ends
     await add(service, "bob", ("The user likes green tea.", 0), ("The user likes black tea.", 1),
               ("The user likes oolong tea.", 2))  # fmt: skip
     done = await tidy.run("bob", since=0, model="m", job_id="idle-test")
-    assert done.asked == 1 and done.stopped_at is None
+    assert done.asked == 1 and done.stopped_at == 0  # its facts are asked about again later
 
 
 async def test_the_idle_job_asks_the_model_of_the_users_last_chat(engine: AsyncEngine) -> None:
@@ -259,13 +275,13 @@ async def test_the_idle_job_asks_the_model_of_the_users_last_chat(engine: AsyncE
 
         async def merged() -> bool:
             held = await contents(service, "ann")
-            return "Has a beagle dog named Max." in held and not await idle_jobs(queue)
+            return "Has a beagle dog named Max." in held and not await jobs(queue)
 
         await until(merged, seconds=20)
     finally:
         await worker.stop()
     assert "Has a dog named Max." not in await contents(service, "ann")
-    assert seen == ["chat", "chat"]  # its words gave no fact: read once more at idle time
+    assert seen == ["chat", "chat"]  # its words gave no fact: queued once more at idle time
     assert metrics.memories_consolidated.labels("merged")._value.get() == 1
     assert len(tidier.prompts) == 1  # the idle job asked: its payload named the chat's "m"
 
@@ -332,3 +348,78 @@ async def test_the_dates_tell_which_fact_ended_not_the_model(engine: AsyncEngine
     assert await contents(service, "ann") == ["Quit coffee last month."]
     assert [m for m, _ in await events(engine, "ann", "superseded")] == [morning]
     assert quit
+
+
+async def test_a_fact_changed_while_the_model_thought_is_left_as_it_is(engine: AsyncEngine) -> None:
+    """The user edits the fact a merge would go into, between the read and the write."""
+    tidy, _ = tidying(engine)
+    service = tidy._service
+    dog, beagle = await add(service, "ann", ("Has a dog named Max.", 0),
+                            ("Has a dog named Max, a beagle.", 20))  # fmt: skip
+    await service.update("ann", beagle, content="Has a dog named Max, a beagle, and a cat.")
+    (embedded,) = await embed_for_store(service.embedder, ["Has a beagle dog named Max."])
+    async with service.store.writing("ann", MemorySource.UPKEEP) as w:
+        merged = await merge(w, beagle, [dog], "Has a beagle dog named Max.",
+                             embedding=embedded.embedding, model=embedded.model,
+                             read={dog: "Has a dog named Max.",
+                                   beagle: "Has a dog named Max, a beagle."})  # fmt: skip
+    assert merged is None
+    async with service.store.writing("ann", MemorySource.UPKEEP) as w:
+        assert not await supersede(w, dog, beagle, read={dog: "Has a dog named Max.",
+                                                         beagle: "Has a dog."})  # fmt: skip
+    assert len(await contents(service, "ann")) == 2
+
+
+async def test_an_idle_job_stopped_at_its_bound_goes_on_after_the_quiet_time(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The version recorded is where consolidation stopped, and the next idle job waits for
+    the user's quiet time (so a model that cannot be reached is not asked at every look)."""
+    monkeypatch.setattr(consolidation, "MAX_ASKED", 1)
+    queue = queue_of(engine)
+    settings = make_settings(consolidation_cosine=0.3, idle_seconds=600)
+    tidier = Tidier([])
+    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(tidier))
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    for day, tea in enumerate(("green", "black", "oolong")):
+        await add(service, "ann", (f"The user likes {tea} tea.", day))
+    await chat_job(queue, "ann")  # the model of the user's chat: "m"
+    async with queue._sessions() as session, session.begin():
+        await session.execute(delete(ManagerJob))  # the chat's job done
+    assert await queue.queue_idle(0) == 1
+    (job,) = await queue.claim(1, exclude_users=set())
+    done = await IdleWork(queue, service, settings, Metrics(), manager).run(job)
+    assert done.upto is not None and done.tidied.asked == 1
+    async with queue._sessions() as session:
+        state = (await session.execute(
+            select(ManagerState.idle_version, ManagerState.idle_after)
+        )).one()  # fmt: skip
+    assert state.idle_version == done.upto
+    assert state.idle_after is not None
+    assert await queue.queue_idle(0) == 0  # not before the quiet time has passed again
+    async with queue._sessions() as session, session.begin():
+        await session.execute(update(ManagerState).values(idle_after=None))
+    assert await queue.queue_idle(0) == 1
+    (again,) = await queue.claim(1, exclude_users=set())
+    assert again.payload["since"] == done.upto  # it goes on from there
+
+
+async def test_a_user_past_a_capacity_who_chats_on_gets_forgetting_alone(
+    engine: AsyncEngine,
+) -> None:
+    queue = queue_of(engine)
+    settings = make_settings(max_facts=2)
+    tidier = Tidier([])
+    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(tidier))
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    await add(service, "ann", ("The user likes green tea.", 0), ("The user likes black tea.", 1),
+              ("The user likes oolong tea.", 2), ("Lives in Oslo, Norway.", 3),
+              ("Lives in Oslo Norway", 4))  # fmt: skip
+    work = IdleWork(queue, service, settings, Metrics(), manager)
+    assert await work.learned("ann")
+    (job,) = await queue.claim(1, exclude_users=set(), idle_first=True)
+    done = await work.run(job)
+    assert len(done.forgotten) == 3 and done.tidied.asked == 0 and tidier.prompts == []
+    assert done.tidied.merged == 0  # not even the copies: that waits for the user's quiet time
+    async with queue._sessions() as session:
+        assert await session.scalar(select(ManagerState.idle_version)) is None

@@ -1,11 +1,11 @@
-"""Distilling at idle time (issue 27, point 2): the episodes of a conversation that gave no fact
-are read by the Manager once more, as that day's user turns; the facts it writes go through the
-same rules, are linked to those episodes and dated that day; once per episode; never episodes a
-fact came from; nothing without a model; an idle job that lost its lease writes nothing."""
+"""Distilling (issue 27, point 2): the episodes of an exchange that gave no fact are queued for
+the Manager once more, as a job of a past conversation dated the day they were said; its turns
+are the episodes' words (a short answer after its question, the assistant's); the worker runs it
+as any job and links the facts to those episodes; each exchange is queued once, also when two
+idle jobs look; a parked job's words are left to it; nothing without a model."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,23 +16,28 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from app.memory.learning.applier import JobGone
+from app.memory.learning import distilling as module
 from app.memory.learning.distilling import Distilling
+from app.memory.learning.jobs import JobQueue
 from app.memory.learning.manager import Manager
+from app.memory.learning.parking import KEPT
+from app.memory.learning.turns import load, role_of, text_of
+from app.memory.learning.worker import Worker
 from app.memory.service import MemoryService
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
-from app.memory.store.tables import MemoryLink, MemorySource, MemoryType
-from app.memory.store.unit import Writer
+from app.memory.store.tables import JobStatus, ManagerJob, MemoryLink, MemorySource, MemoryType
+from app.metrics import Metrics
 from tests.conftest import make_settings
 from tests.fakes import FakeEmbedder, decided
-from tests.memory.learning.support import new_user_lines
+from tests.memory.learning.support import new_user_lines, until
+from tests.memory.learning.test_idle_jobs import queue_of
 
 SAID = datetime(2026, 2, 3, 18, 0, tzinfo=UTC)
 
 
 class Pottery:
-    """The model: a memory for each line that names pottery, in the third person."""
+    """The model: a memory for each user line that names pottery, in the third person."""
 
     def __init__(self) -> None:
         self.seen: list[list[str]] = []
@@ -45,96 +50,112 @@ class Pottery:
         return decided(info, {"operations": ops})
 
 
-def distilling(engine: AsyncEngine, **options: Any) -> tuple[Distilling, Pottery, MemoryService]:
-    settings = make_settings(manager_steps="one", **options)
-    model = Pottery()
-    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(model))
+def distilling(engine: AsyncEngine, **options: Any) -> tuple[Distilling, JobQueue, MemoryService]:
+    settings = make_settings(**options)
     service = MemoryService(MemoryStore(engine), FakeEmbedder())
-    return Distilling(service, manager, settings), model, service
+    queue = queue_of(engine)
+    return Distilling(queue, service, settings), queue, service
 
 
 async def words(service: MemoryService, user: str, *texts: str) -> list[str]:
-    """One conversation's episodes, written together (as one job writes them)."""
+    """One exchange's episodes, written together (as one job writes them)."""
     written = await service.add(
         user, [NewMemory(t, type=MemoryType.EPISODE, observed_at=SAID) for t in texts]
     )
     return [r.id for r in written.records]
 
 
-async def links(engine: AsyncEngine) -> set[tuple[str, str]]:
-    async with async_sessionmaker(engine)() as session:
-        rows = await session.execute(select(MemoryLink.fact_id, MemoryLink.episode_id))
-        return {(a, b) for a, b in rows}
+async def queued(queue: JobQueue) -> list[tuple[str, dict[str, Any], str]]:
+    async with queue._sessions() as session:
+        rows = await session.execute(
+            select(ManagerJob.id, ManagerJob.payload, ManagerJob.user_id).order_by(ManagerJob.key)
+        )
+        return [(i, p, u) for i, p, u in rows]
 
 
-def later() -> float:
-    return time.monotonic() + 60
+async def test_an_exchange_that_gave_no_fact_is_queued_once_as_that_days_turns(
+    engines: list[AsyncEngine],
+) -> None:
+    distil, queue, service = distilling(engines[0])
+    pottery, answer = await words(service, "ann", "I signed up for a pottery class last week.",
+                                  'No. (answering "Do you eat honey?")')  # fmt: skip
+    done = await distil.run("ann", since=0, model="m")
+    assert (done.queued, done.stopped_at) == (1, None)
+    ((job_id, payload, user),) = await queued(queue)
+    assert job_id == module.distil_job_id(pottery) and user == "ann"
+    assert payload[KEPT] == [pottery, answer] and payload["model"] == "m"
+    assert datetime.fromisoformat(payload["said_at"]) == SAID
+    assert [(role_of(t), text_of(t)) for t in load(payload["new"])] == [
+        ("user", "I signed up for a pottery class last week."),
+        ("assistant", "Do you eat honey?"),  # the question is never taken for the user's words
+        ("user", "No."),
+    ]
+    # once: the same look again, or another process's, queues nothing
+    other = Distilling(queue_of(engines[1]), service, make_settings())
+    assert (await distil.run("ann", since=0, model="m")).queued == 0
+    assert (await other.run("ann", since=0, model="m")).queued == 0
+    assert len(await queued(queue)) == 1
 
 
-async def test_the_words_of_a_conversation_that_gave_no_fact_are_distilled_once(
+async def test_words_a_fact_came_from_a_parked_jobs_words_and_users_without_a_model_are_left(
     engine: AsyncEngine,
 ) -> None:
-    distil, model, service = distilling(engine)
-    pottery, weather = await words(service, "ann", "I signed up for a pottery class last week.",
-                                   "The weather was awful all day.")  # fmt: skip
-    done = await distil.run("ann", since=0, model="m", job_id="idle-x", deadline=later())
-    assert (done.conversations, done.facts, done.stopped_at) == (1, 1, None)
-    assert model.seen == [["I signed up for a pottery class last week.",
-                           "The weather was awful all day."]]  # fmt: skip
-    (fact,) = [r for r in (await service.page("ann", limit=10, offset=0))[0]
-               if r.type != MemoryType.EPISODE]  # fmt: skip
-    assert fact.content == "Signed up for a pottery class."
-    assert fact.observed_at == SAID  # the day it was said, not today
-    assert (fact.id, pottery) in await links(engine)
-    # once: the next idle job, from the version this one recorded, has nothing to read
-    version = await service.store.version("ann")
-    again = await distil.run("ann", since=version, model="m", job_id="idle-y", deadline=later())
-    assert again.conversations == 0 and len(model.seen) == 1
-    assert weather  # the other episode stays words
-
-
-async def test_episodes_a_fact_came_from_and_users_without_a_model_are_left(
-    engine: AsyncEngine,
-) -> None:
-    distil, model, service = distilling(engine)
-    (episode,) = await words(service, "ann", "I signed up for a pottery class.")
+    distil, _, service = distilling(engine)
+    (linked,) = await words(service, "ann", "I signed up for a pottery class.")
     (fact,) = (await service.add("ann", [NewMemory("Signed up for a pottery class.")])).records
     async with service.store.writing("ann", MemorySource.API) as w:
-        w.link(fact.id, episode)
+        w.link(fact.id, linked)
+    (parked,) = await words(service, "ann", "My pottery teacher is strict.")
+    async with async_sessionmaker(engine)() as session, session.begin():
+        session.add(ManagerJob(id="parked-job", user_id="ann", explicit=False,
+                               status=JobStatus.FAILED.value, attempts=5, next_attempt_at=SAID,
+                               payload={"model": "m", "context": [], "new": [],
+                                        "fingerprints": [], KEPT: [parked]},
+                               created_at=SAID))  # fmt: skip
     await words(service, "bob", "I signed up for a pottery class.")
-    assert (await distil.run("ann", since=0, model="m", job_id="j", deadline=later())).facts == 0
-    assert (await distil.run("bob", since=0, model="", job_id="j", deadline=later())).facts == 0
-    assert model.seen == []
+    assert (await distil.run("ann", since=0, model="m")).queued == 0
+    assert (await distil.run("bob", since=0, model="")).queued == 0
+    assert (await distil.run("bob", since=0, model="m")).queued == 1
+    off, _, _ = distilling(engine, consolidation=False)
+    assert (await off.run("bob", since=0, model="m")).queued == 0
 
 
 async def test_a_bound_stops_the_run_where_the_next_goes_on(
     engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.memory.learning import distilling as module
-
     monkeypatch.setattr(module, "GROUPS", 1)
-    distil, model, service = distilling(engine)
+    distil, queue, service = distilling(engine)
     await words(service, "ann", "I signed up for a pottery class.")
     await words(service, "ann", "My pottery teacher is strict.")
-    first = await distil.run("ann", since=0, model="m", job_id="j", deadline=later())
-    assert first.conversations == 1 and first.stopped_at is not None
-    second = await distil.run("ann", since=first.stopped_at, model="m", job_id="j",
-                              deadline=later())  # fmt: skip
-    assert second.conversations == 1
-    assert [lines[0] for lines in model.seen] == ["I signed up for a pottery class.",
-                                                  "My pottery teacher is strict."]  # fmt: skip
-    past = await distil.run("ann", since=0, model="m", job_id="j", deadline=time.monotonic() - 1)
-    assert past.conversations == 0 and past.stopped_at is not None
+    first = await distil.run("ann", since=0, model="m")
+    assert first.queued == 1 and first.stopped_at is not None
+    second = await distil.run("ann", since=first.stopped_at, model="m")
+    assert second.queued == 1 and second.stopped_at is None
+    texts = [text_of(load(p["new"])[0]) for _, p, _ in await queued(queue)]
+    assert texts == ["I signed up for a pottery class.", "My pottery teacher is strict."]
 
 
-async def test_a_job_no_longer_held_writes_nothing(engine: AsyncEngine) -> None:
-    distil, _, service = distilling(engine)
-    await words(service, "ann", "I signed up for a pottery class.")
+async def test_the_worker_learns_the_words_and_links_the_facts_to_them(engine: AsyncEngine) -> None:
+    settings = make_settings(manager_steps="one", manager_lease_seconds=0.6)
+    model = Pottery()
+    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(model))
+    distil, queue, service = distilling(engine)
+    (pottery,) = await words(service, "ann", "I signed up for a pottery class last week.")
+    assert (await distil.run("ann", since=0, model="m")).queued == 1
+    worker = Worker(queue, service, manager, settings, Metrics())
+    await worker.start()
+    try:
 
-    async def lost(w: Writer) -> bool:
-        return False
+        async def learned() -> bool:
+            return not await queued(queue)
 
-    with pytest.raises(JobGone):
-        await distil.run("ann", since=0, model="m", job_id="j", deadline=later(), holds=lost)
-    held = (await service.page("ann", limit=10, offset=0))[0]
-    assert [r.type for r in held] == [MemoryType.EPISODE]
+        await until(learned, seconds=15)
+    finally:
+        await worker.stop()
+    assert model.seen == [["I signed up for a pottery class last week."]]
+    (fact,) = [r for r in (await service.page("ann", limit=10, offset=0))[0]
+               if r.type != MemoryType.EPISODE]  # fmt: skip
+    assert fact.content == "Signed up for a pottery class." and fact.observed_at == SAID
+    async with async_sessionmaker(engine)() as session:
+        links = list(await session.execute(select(MemoryLink.fact_id, MemoryLink.episode_id)))
+    assert [tuple(x) for x in links] == [(fact.id, pottery)]

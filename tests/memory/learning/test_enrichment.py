@@ -100,9 +100,8 @@ async def test_an_exchange_is_found_by_its_context_and_shown_in_its_words(
     assert after[fact] > 2 * before[fact]  # found by its context ("studio"); shown in its words
     assert all(MARK not in f.memory.content
                for f in await fresh.search("ann", "studio", limit=10, min_score=0.0))  # fmt: skip
-    # once: from the version this run left, nothing is new
-    version = await service.store.version("ann")
-    again = await enrich.run("ann", since=version, model="m", job_id="idle-y", deadline=later())
+    # once: a memory given its context is not given one again (a resumed run reads it again)
+    again = await enrich.run("ann", since=0, model="m", job_id="idle-y", deadline=later())
     assert again.groups == 0 and len(model.prompts) == 1
 
 
@@ -156,3 +155,17 @@ async def test_a_bound_stops_and_a_lost_job_writes_nothing(engine: AsyncEngine) 
     with pytest.raises(JobGone):
         await enrich.run("ann", since=0, model="m", job_id="j", deadline=later(), holds=lost)
     assert set((await keys(engine)).values()) == {None}
+
+
+async def test_a_model_that_cannot_be_reached_stops_the_run_for_later(engine: AsyncEngine) -> None:
+    settings = make_settings(enrichment=True)
+
+    def down(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise TimeoutError  # as a job's time bound ends a call: unavailable
+
+    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(down))
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    enrich = Enrichment(service, manager, settings)
+    await exchange(service, "ann")
+    done = await enrich.run("ann", since=0, model="m", job_id="j", deadline=later())
+    assert done.stopped_at == 0 and done.memories == 0

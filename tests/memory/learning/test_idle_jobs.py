@@ -188,9 +188,8 @@ class Unasked:
 
 
 def worker_for(engine: AsyncEngine, metrics: Metrics, **options: Any) -> Worker:
-    """A worker doing idle work at once: forgetting over 3 facts (consolidation, which would
-    merge the near copies `facts` writes, only when `options` turn it on)."""
-    options = {"consolidation": False, **options}
+    """A worker doing idle work at once, forgetting over 3 facts (the rest as configured: no
+    model is named, so consolidation merges near copies only)."""
     settings = make_settings(idle_seconds=0.05, manager_lease_seconds=LEASE, max_facts=3, **options)
     service = MemoryService(MemoryStore(engine), FakeEmbedder())
     manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(Unasked()))
@@ -325,7 +324,7 @@ async def test_a_user_who_keeps_chatting_past_a_capacity_gets_idle_work_anyway(
     that does not wait behind their chats' jobs."""
     queue = queue_of(engine)
     service = MemoryService(MemoryStore(engine), FakeEmbedder())
-    work = IdleWork(queue, service, make_settings(max_facts=20, consolidation=False), Metrics())
+    work = IdleWork(queue, service, make_settings(max_facts=20), Metrics())
     await facts(service, "ann", 21)  # the capacity and one: within 5 % (one memory)
     assert await work.learned("ann") is False
     await facts(service, "ann", 1)
