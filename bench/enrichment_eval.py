@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from app.config import Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.memory.learning.enrichment import (  # noqa: E402
+    ANSWER_TOKENS,
     INSTRUCTIONS,
     Context,
     context_prompt,
@@ -43,7 +44,11 @@ from app.memory.learning.enrichment import (  # noqa: E402
     kept_context,
     keyed,
 )
-from app.memory.learning.manager import Manager, build_http_client  # noqa: E402
+from app.memory.learning.manager import (  # noqa: E402
+    Manager,
+    ManagerAnswerUnusable,
+    build_http_client,
+)
 from app.memory.service import MemoryService  # noqa: E402
 from app.memory.store.records import MemoryRecord, NewMemory  # noqa: E402
 from app.memory.store.tables import MemorySource, MemoryType  # noqa: E402
@@ -83,11 +88,22 @@ async def contexts_for(
                         if not texts:
                             continue
                         prompt = context_prompt(session.when, texts)
-                        answer = await manager.ask(server.alias, Context, INSTRUCTIONS, prompt)
-                        kept = kept_context(answer.context, session.when, texts)
+                        try:  # as the idle work asks it
+                            answer = (
+                                await manager.ask(
+                                    server.alias,
+                                    Context,
+                                    INSTRUCTIONS,
+                                    prompt,
+                                    max_tokens=ANSWER_TOKENS,
+                                )
+                            ).context
+                        except ManagerAnswerUnusable as exc:
+                            answer = f"(unusable: {exc})"
+                        kept = kept_context(answer, session.when, texts)
                         out[f"{sample['sample_id']}/{user}/{session.number}"] = kept
                         print(f"  {sample['sample_id']} {user} session {session.number}: "
-                              f"{kept or 'REFUSED: ' + answer.context}", flush=True)  # fmt: skip
+                              f"{kept or 'REFUSED: ' + answer}", flush=True)  # fmt: skip
         finally:
             await http.aclose()
     return out

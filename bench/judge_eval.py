@@ -55,6 +55,7 @@ CASES = ROOT / "bench" / "implicit_cases.txt"
 
 
 def implicit_cases() -> tuple[list[str], list[tuple[str, str]]]:
+    """The user's memories, and (message, the memory it implies), of implicit_cases.txt."""
     memories, cases = [], []
     for line in CASES.read_text().splitlines():
         if line.startswith("memory | "):

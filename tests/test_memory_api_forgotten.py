@@ -55,6 +55,7 @@ async def test_dry_run_then_forget_then_put_back(make_client: AppClientFactory) 
     assert listed["total"] == 2 and {m["id"] for m in listed["data"]} == {sails["id"], bakes["id"]}
     first = next(m for m in listed["data"] if m["id"] == sails["id"])
     assert first["object"] == "memory.forgotten" and first["reason"].startswith("over the")
+    assert (first["cause"], first["ended_at"]) == ("forgotten", None)
     kept_for = datetime.fromisoformat(first["erased_after"]) - datetime.fromisoformat(
         first["forgotten_at"]
     )

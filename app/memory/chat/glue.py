@@ -7,7 +7,8 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
   the system message whatever the question, within ``MEMPROXY_PROFILE_TOKEN_BUDGET``; then the
   other memories most relevant to the last user message (:mod:`app.memory.chat.query`), at most
   ``MEMPROXY_RECALL_LIMIT`` within ``MEMPROXY_MEMORY_TOKEN_BUDGET``, none below
-  ``MEMPROXY_RELEVANCE_THRESHOLD``; a memory block the client sent back is replaced;
+  ``MEMPROXY_RELEVANCE_THRESHOLD`` (with ``MEMPROXY_RECALL_JUDGE``, first those the model picks
+  of the best, :mod:`app.memory.chat.judge`); a memory block the client sent back is replaced;
 - the response says what recall did: ``X-Memories-Injected: N`` (both kinds) and
   ``Server-Timing: recall;dur=<ms>`` (``X-Memory-Recall: failed`` when it failed);
 - recall never fails a chat: an error or a wait beyond ``MEMPROXY_RECALL_TIMEOUT_SECONDS`` is
@@ -36,6 +37,7 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import random
@@ -94,10 +96,12 @@ class ChatMemory:
         self._runner = runner
         self._metrics = metrics
         self._limit = settings.recall_limit
-        self._threshold = settings.relevance_threshold
-        self._budget = settings.memory_token_budget
         self._profile_budget = settings.profile_token_budget
-        self._episode_share = settings.episode_share
+        self._recall_as_set = functools.partial(
+            service.recall, limit=settings.recall_limit, min_score=settings.relevance_threshold,
+            budget_tokens=settings.memory_token_budget,
+            profile_tokens=settings.profile_token_budget, episode_share=settings.episode_share,
+        )  # fmt: skip
         self._timeout = settings.recall_timeout_seconds
         self._write_seconds = settings.job_write_timeout_seconds
 
@@ -182,16 +186,7 @@ class ChatMemory:
     async def _recall(self, ctx: RequestContext, query: str | None, deadline: float) -> Recalled:
         judge = (self._judge.for_chat(ctx.user_id, ctx.model, deadline=deadline)
                  if self._judge else None)  # fmt: skip
-        return await self._service.recall(
-            ctx.user_id,
-            query,
-            judge=judge,
-            limit=self._limit,
-            min_score=self._threshold,
-            budget_tokens=self._budget,
-            profile_tokens=self._profile_budget,
-            episode_share=self._episode_share,
-        )
+        return await self._recall_as_set(ctx.user_id, query, judge=judge)
 
     async def after_response(self, ctx: RequestContext, completion: Completion) -> None:
         pending = ctx.noted(JOB)

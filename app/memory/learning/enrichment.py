@@ -63,8 +63,8 @@ INSTRUCTIONS = """You help a search engine find what a person said. You are show
 conversation and what was kept of it: the user's own words and the facts about the user. Write \
 one short sentence of context (at most 30 words), in the third person, that says when it was \
 and what it was about: the main subjects, with the names of the people, places, activities and \
-events in it. Use only what is shown. Example: "On 8 May 2023 the user talked about an LGBTQ \
-support group and adopting children as a single parent." """
+events in it. Use only what is shown, in this form: "On <the day> the user talked about \
+<the subjects>." """
 
 
 class Context(BaseModel):

@@ -10,7 +10,6 @@ import asyncio
 import re
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,26 +18,12 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from app.memory.chat import judge as judge_module
+from bench.judge_eval import implicit_cases
 from tests.conftest import AppClientFactory
 from tests.fakes import decided
 from tests.helpers import completion_json
 from tests.memory.chat.test_recall_chat import chat, sent_messages
 from tests.memory_api_support import add
-
-CASES = Path(__file__).resolve().parents[3] / "bench" / "implicit_cases.txt"
-
-
-def implicit_cases() -> tuple[list[str], list[tuple[str, str]]]:
-    """The user's memories, and (message, the memory it implies) of bench/implicit_cases.txt."""
-    memories, cases = [], []
-    for line in CASES.read_text().splitlines():
-        if line.startswith("memory | "):
-            memories.append(line.split(" | ", 1)[1])
-        elif line.startswith("case | "):
-            _, message, memory = line.split(" | ")
-            cases.append((message, memory))
-            memories.append(memory)
-    return memories, cases
 
 
 class Knows:
