@@ -98,6 +98,12 @@ class Tidied:
     gone: set[str] = field(default_factory=set)
     into: dict[str, str] = field(default_factory=dict)
     """Each fact merged -> the fact that holds it now."""
+    unreachable: bool = False
+    """The run stopped because the model could not be reached."""
+
+
+class _Late(Exception):
+    """An answer did not come before the step's deadline."""
 
 
 class Consolidation:
@@ -173,6 +179,9 @@ class Consolidation:
                 except ManagerUnavailable as exc:
                     # asked again by the next idle job (after the user's quiet time)
                     logger.info("job %s: consolidation stops: %s", job_id, exc)
+                    done.stopped_at, done.unreachable = fact.seq - 1, True
+                    break
+                except _Late:  # asked again by the next idle job
                     done.stopped_at = fact.seq - 1
                     break
         return done
@@ -215,9 +224,13 @@ class Consolidation:
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                 tidy = await self._manager.ask(model, Tidy, INSTRUCTIONS, prompt, usage=usage,
                                                max_tokens=ANSWER_TOKENS)  # fmt: skip
-        except (ManagerAnswerUnusable, TimeoutError) as exc:
-            logger.info("job %s: consolidation: no usable answer: %s", job_id,
-                        exc or "past the idle job's time")  # fmt: skip
+        except TimeoutError:
+            if done.asked > 1:
+                raise _Late from None
+            done.refused += 1  # the first question: passed over, or no run would get on
+            return
+        except ManagerAnswerUnusable as exc:
+            logger.info("job %s: consolidation: no usable answer: %s", job_id, exc)
             done.refused += 1
             return
         at = {f.id: n for n, f in enumerate(every)}

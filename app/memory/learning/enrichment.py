@@ -79,6 +79,8 @@ class Enriched:
     memories: int = 0
     refused: int = 0
     stopped_at: int | None = None
+    unreachable: bool = False
+    """The run stopped because the model could not be reached."""
 
 
 def plain(key: str) -> str:
@@ -127,14 +129,18 @@ class Enrichment:
             try:
                 async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                     context = await self._ask(group, model, usage)
-            except (ManagerAnswerUnusable, TimeoutError) as exc:  # the group keeps its key
-                logger.info("job %s: enrichment: no usable answer: %s", job_id,
-                            exc or "past the idle job's time")  # fmt: skip
+            except TimeoutError:
+                if done.groups > 1:  # asked again by the next idle job
+                    done.stopped_at = group[0].seq - 1
+                    break
+                context = None  # the first: passed over, or no run would get on
+            except ManagerAnswerUnusable as exc:  # the group keeps its key
+                logger.info("job %s: enrichment: no usable answer: %s", job_id, exc)
                 context = None
             except ManagerUnavailable as exc:
                 # asked again by the next idle job (after the user's quiet time)
                 logger.info("job %s: enrichment stops: %s", job_id, exc)
-                done.stopped_at = group[0].seq - 1
+                done.stopped_at, done.unreachable = group[0].seq - 1, True
                 break
             if context is None:
                 done.refused += 1

@@ -163,7 +163,9 @@ class IdleWork:
             # Each step asks no question past its share of the job's time, each call bounded
             # by it (forgetting, which asks none, gets the rest). Enrichment comes after
             # consolidation: a fact merged into is given its context with its new words.
-            distilled = await self.distilling.run(job.user_id, since=since, model=job.model)
+            distilled = await self.distilling.run(
+                job.user_id, since=since, model=job.model, job_id=job.id
+            )
             tidied = await self.consolidation.run(
                 job.user_id, since=since, model=job.model, job_id=job.id, holds=holds,
                 deadline=started + self._timeout * 0.5,
@@ -175,7 +177,10 @@ class IdleWork:
             stops = [v for v in (distilled.stopped_at, tidied.stopped_at, enriched.stopped_at)
                      if v is not None]  # fmt: skip
             upto = min(stops, default=None)
-            done = functools.partial(self._queue.idle_done, upto=upto, wait=self._quiet)
+            # A model that could not be reached is asked again after the user's quiet time;
+            # a step stopped at its bound goes on at the next look.
+            wait = self._quiet if tidied.unreachable or enriched.unreachable else 0.0
+            done = functools.partial(self._queue.idle_done, upto=upto, wait=wait)
             forgot = await self.forgetting.forget(
                 job.user_id, job_id=job.id, within=consume, after=done
             )

@@ -42,10 +42,6 @@ from app.memory.store.unit import Writer
 
 IDLE_BATCH = 200
 """Users given an idle job per look: the rest at the next one."""
-DISTIL = "distil-"
-"""How the id of a job that distils an exchange's words begins, after
-:data:`~app.memory.learning.job_kinds.HISTORY_JOB` (:mod:`.distilling`), and its mark in the
-turns taken begins."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +49,8 @@ class Distil:
     """A job that distils one exchange's episodes (:mod:`.distilling`)."""
 
     id: str
-    mark: str
-    """Recorded as a turn taken: the exchange is queued once."""
+    marks: list[str]
+    """One per episode, recorded as turns taken: an episode is queued once ever."""
     payload: dict[str, Any]
 
 
@@ -155,23 +151,33 @@ class IdleJobs(Leases):
             row = _row(user_id, int(version), stamp, model, since, over=True)
             return await _insert(session, [row]) > 0
 
-    async def queue_distil(self, user_id: str, jobs: Sequence[Distil]) -> int:
-        """Queue these jobs of the user, each once ever (its mark, taken in the same
-        transaction): how many were queued."""
+    async def queue_distil(self, user_id: str, jobs: Sequence[Distil], *, held: str) -> int:
+        """Queue these jobs of the user, while this process still holds the idle job `held`
+        (a user erased or moved meanwhile gets none), each only if every one of its episodes'
+        marks is taken by this transaction (another process queued it otherwise): how many."""
         if not jobs:
             return 0
         stamp = self._now()
         async with writing(self._sessions) as session:
+            holds = await session.scalar(
+                select(ManagerJob.key).where(
+                    ManagerJob.id == held, ManagerJob.owner == self.owner,
+                    ManagerJob.status == JobStatus.RUNNING.value,
+                ).with_for_update()
+            )  # fmt: skip
+            if holds is None:
+                return 0
             marks = insert_for(session)(ProcessedTurn).on_conflict_do_nothing()
             taken = set(await session.scalars(
                 marks.returning(ProcessedTurn.fingerprint),
-                [{"user_id": user_id, "fingerprint": j.mark, "created_at": stamp} for j in jobs],
+                [{"user_id": user_id, "fingerprint": m, "created_at": stamp}
+                 for j in jobs for m in j.marks],
             ))  # fmt: skip
             rows = [
                 {"id": j.id, "user_id": user_id, "explicit": False,
                  "status": JobStatus.QUEUED.value, "attempts": 0, "next_attempt_at": stamp,
                  "created_at": stamp, "payload": j.payload}
-                for j in jobs if j.mark in taken
+                for j in jobs if set(j.marks) <= taken
             ]  # fmt: skip
             if rows:
                 await session.execute(insert(ManagerJob), rows)
@@ -180,9 +186,11 @@ class IdleJobs(Leases):
     async def kept_by_jobs(self, user_id: str) -> set[str]:
         """The ids of the episodes the user's jobs keep (a parked job's words: it learns them
         when retried)."""
-        async with self._sessions() as session:
+        async with self._sessions() as session:  # idle work runs when only parked ones are left
             payloads = await session.scalars(
-                select(ManagerJob.payload).where(ManagerJob.user_id == user_id)
+                select(ManagerJob.payload).where(
+                    ManagerJob.user_id == user_id, ManagerJob.status == JobStatus.FAILED.value
+                )
             )
             return {str(i) for p in payloads for i in (p or {}).get(KEPT) or ()}
 

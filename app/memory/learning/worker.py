@@ -27,6 +27,7 @@ from contextlib import suppress
 from app.config import Settings
 from app.memory.learning.applier import Applier, JobGone
 from app.memory.learning.deciding import decide
+from app.memory.learning.distilling import as_now, is_distil
 from app.memory.learning.idle import IdleWork
 from app.memory.learning.job_kinds import IDLE_JOB
 from app.memory.learning.jobs import JobQueue
@@ -166,6 +167,14 @@ class Worker:
             if job.id.startswith(IDLE_JOB):
                 await self.idle.work(job)
                 return
+            if is_distil(job):
+                current = await as_now(self._service, job)
+                if current is None:  # its words were all deleted meanwhile: nothing to learn
+                    with suppress(JobGone):
+                        await self._applier.apply(job.user_id, [], {}, job_id=job.id,
+                                                  queue=self._queue)  # fmt: skip
+                    return
+                job = current
             decided = await decide(self._manager, self._service, job, episodes=self._episodes)
             try:
                 outcomes = await self._applier.apply(

@@ -15,7 +15,7 @@ with the same id.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -29,11 +29,20 @@ from app.memory.store.tables import (
     Memory,
     MemoryLink,
     MemoryType,
+    ProcessedTurn,
 )
 from app.memory.store.unit import Writer
 
 FORGET_CHUNK = 500
 """Memories per statement (a bound parameter list stays small)."""
+DISTIL = "distil-"
+"""How the mark of an episode given to the Manager once more begins (in the turns taken,
+:class:`~app.memory.store.tables.ProcessedTurn`), and the id of the job that does it, after
+``learn-`` (:mod:`app.memory.learning.distilling`)."""
+
+
+def distil_marks(episode_ids: Sequence[str]) -> list[str]:
+    return [f"{DISTIL}{i}" for i in episode_ids]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +175,15 @@ async def forget(
             )
         )
         pairs = cast("list[tuple[str, str]]", links.all())
+        facts = {row.id for row in rows if row.type != MemoryType.EPISODE.value}
+        if words := {e for f, e in pairs if f in facts}:
+            # The words a fact that leaves came from are not given to the Manager once more
+            # as words that gave no fact (it would learn them again).
+            await w.execute(
+                w.insert(ProcessedTurn).on_conflict_do_nothing(),
+                [{"user_id": w.user_id, "fingerprint": m, "created_at": stamp}
+                 for m in distil_marks(sorted(words))],
+            )  # fmt: skip
         for fact_id, episode_id in pairs:
             if fact_id in linked:
                 linked[fact_id].append(episode_id)

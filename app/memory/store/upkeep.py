@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import literal, select
 
-from app.memory.store.archive import Execute, forget
+from app.memory.store.archive import DISTIL, Execute, forget
 from app.memory.store.records import aware, in_utc
-from app.memory.store.tables import Memory, MemoryLink, MemoryType
+from app.memory.store.tables import Memory, MemoryLink, MemoryType, ProcessedTurn
 from app.memory.store.unit import Writer
 
 
@@ -75,13 +75,18 @@ class Lone:
 
 
 async def lone_episodes(execute: Execute, user_id: str, since: int) -> list[Lone]:
-    """The user's episodes written after version `since` that no fact links to, in the order
+    """The user's episodes written after version `since` that no fact links to and that were
+    never given to the Manager once more, nor gave a fact that left (their marks), in the order
     they were written."""
     linked = select(MemoryLink.episode_id).where(MemoryLink.user_id == user_id)
+    marked = select(ProcessedTurn.fingerprint).where(
+        ProcessedTurn.user_id == user_id, ProcessedTurn.fingerprint.like(f"{DISTIL}%")
+    )
     found = await execute(
         select(Memory.id, Memory.content, Memory.created_at, Memory.observed_at, Memory.seq)
         .where(Memory.user_id == user_id, Memory.type == MemoryType.EPISODE.value,
-               Memory.seq > since, Memory.id.not_in(linked))
+               Memory.seq > since, Memory.id.not_in(linked),
+               (literal(DISTIL) + Memory.id).not_in(marked))
         .order_by(Memory.seq, Memory.key)
     )  # fmt: skip
     rows = cast("list[tuple[Any, ...]]", found.all())
@@ -166,6 +171,8 @@ async def merge(
     leaving = [rows[i] for i in others if i in rows and i != survivor_id and not rows[i].pinned]
     if survivor is None or survivor.type == MemoryType.EPISODE.value or not leaving:
         return None
+    if survivor.pinned and content != survivor.content:
+        return None  # pinned meanwhile: it keeps its words
     leaving = [row for row in leaving if row.type != MemoryType.EPISODE.value]
     ids = [row.id for row in leaving]
     before = survivor.content

@@ -241,7 +241,7 @@ async def test_an_unusable_answer_leaves_the_group_and_an_unreachable_model_stop
     await add(service, "bob", ("The user likes green tea.", 0), ("The user likes black tea.", 1),
               ("The user likes oolong tea.", 2))  # fmt: skip
     done = await tidy.run("bob", since=0, model="m", job_id="idle-test")
-    assert done.asked == 1 and done.stopped_at == 0  # its facts are asked about again later
+    assert done.asked == 1 and done.stopped_at == 0 and done.unreachable  # asked again later
 
 
 async def test_the_idle_job_asks_the_model_of_the_users_last_chat(engine: AsyncEngine) -> None:
@@ -370,16 +370,23 @@ async def test_a_fact_changed_while_the_model_thought_is_left_as_it_is(engine: A
     assert len(await contents(service, "ann")) == 2
 
 
-async def test_an_idle_job_stopped_at_its_bound_goes_on_after_the_quiet_time(
-    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("down", [False, True], ids=["bound", "model-down"])
+async def test_an_idle_job_stopped_early_records_where_the_next_goes_on(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, down: bool
 ) -> None:
-    """The version recorded is where consolidation stopped, and the next idle job waits for
-    the user's quiet time (so a model that cannot be reached is not asked at every look)."""
+    """The version recorded is where consolidation stopped; after a bound the next idle job
+    comes at the next look, after a model that could not be reached only once the user's quiet
+    time has passed again (it is not asked at every look)."""
     monkeypatch.setattr(consolidation, "MAX_ASKED", 1)
     queue = queue_of(engine)
     settings = make_settings(consolidation_cosine=0.3, idle_seconds=600)
     tidier = Tidier([])
-    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(tidier))
+
+    def unreachable(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise TimeoutError  # as a job's time bound ends a call: unavailable
+
+    model = FunctionModel(unreachable if down else tidier)
+    manager = Manager(settings, http_client=httpx.AsyncClient(), model=model)
     service = MemoryService(MemoryStore(engine), FakeEmbedder())
     for day, tea in enumerate(("green", "black", "oolong")):
         await add(service, "ann", (f"The user likes {tea} tea.", day))
@@ -391,14 +398,12 @@ async def test_an_idle_job_stopped_at_its_bound_goes_on_after_the_quiet_time(
     done = await IdleWork(queue, service, settings, Metrics(), manager).run(job)
     assert done.upto is not None and done.tidied.asked == 1
     async with queue._sessions() as session:
-        state = (await session.execute(
-            select(ManagerState.idle_version, ManagerState.idle_after)
-        )).one()  # fmt: skip
-    assert state.idle_version == done.upto
-    assert state.idle_after is not None
-    assert await queue.queue_idle(0) == 0  # not before the quiet time has passed again
-    async with queue._sessions() as session, session.begin():
-        await session.execute(update(ManagerState).values(idle_after=None))
+        version = await session.scalar(select(ManagerState.idle_version))
+    assert version == done.upto
+    if down:
+        assert await queue.queue_idle(0) == 0  # not before the quiet time has passed again
+        async with queue._sessions() as session, session.begin():
+            await session.execute(update(ManagerState).values(idle_after=None))
     assert await queue.queue_idle(0) == 1
     (again,) = await queue.claim(1, exclude_users=set())
     assert again.payload["since"] == done.upto  # it goes on from there
