@@ -87,6 +87,27 @@ async def held(queue: JobQueue, user: str) -> str:
     return job.id
 
 
+async def distilled(distil: Distilling, queue: JobQueue, user: str) -> None:
+    """The user's idle job queues one distilling job, and is done."""
+    job = await held(queue, user)
+    assert (await distil.run(user, since=0, model="m", job_id=job)).queued == 1
+    async with queue._sessions() as session, session.begin():
+        await session.execute(delete(ManagerJob).where(ManagerJob.id == job))
+
+
+async def run_jobs(worker: Worker, queue: JobQueue) -> None:
+    """Run the worker until the queue is empty."""
+    await worker.start()
+    try:
+
+        async def done() -> bool:
+            return not await queued(queue)
+
+        await until(done, seconds=15)
+    finally:
+        await worker.stop()
+
+
 async def test_an_exchange_that_gave_no_fact_is_queued_once_as_that_days_turns(
     engines: list[AsyncEngine],
 ) -> None:
@@ -158,20 +179,8 @@ async def test_the_worker_learns_the_words_and_links_the_facts_to_them(engine: A
     manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(model))
     distil, queue, service = distilling(engine)
     (pottery,) = await words(service, "ann", "I signed up for a pottery class last week.")
-    ann = await held(queue, "ann")
-    assert (await distil.run("ann", since=0, model="m", job_id=ann)).queued == 1
-    async with queue._sessions() as session, session.begin():
-        await session.execute(delete(ManagerJob).where(ManagerJob.id == ann))  # idle job done
-    worker = Worker(queue, service, manager, settings, Metrics())
-    await worker.start()
-    try:
-
-        async def learned() -> bool:
-            return not await queued(queue)
-
-        await until(learned, seconds=15)
-    finally:
-        await worker.stop()
+    await distilled(distil, queue, "ann")
+    await run_jobs(Worker(queue, service, manager, settings, Metrics()), queue)
     assert model.seen == [["I signed up for a pottery class last week."]]
     (fact,) = [r for r in (await service.page("ann", limit=10, offset=0))[0]
                if r.type != MemoryType.EPISODE]  # fmt: skip
@@ -189,21 +198,9 @@ async def test_words_deleted_meanwhile_are_not_learned_and_left_facts_words_not_
     manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(model))
     distil, queue, service = distilling(engine)
     (gone,) = await words(service, "ann", "I signed up for a pottery class last week.")
-    ann = await held(queue, "ann")
-    assert (await distil.run("ann", since=0, model="m", job_id=ann)).queued == 1
-    async with queue._sessions() as session, session.begin():
-        await session.execute(delete(ManagerJob).where(ManagerJob.id == ann))
+    await distilled(distil, queue, "ann")
     await service.delete("ann", [gone])  # the user deletes the words before the job runs
-    worker = Worker(queue, service, manager, settings, Metrics())
-    await worker.start()
-    try:
-
-        async def done() -> bool:
-            return not await queued(queue)
-
-        await until(done, seconds=15)
-    finally:
-        await worker.stop()
+    await run_jobs(Worker(queue, service, manager, settings, Metrics()), queue)
     assert model.seen == []  # nothing learned from deleted words
     assert (await service.page("ann", limit=10, offset=0))[0] == []
     # the words a fact came from, once that fact leaves (merged, superseded, forgotten), are
