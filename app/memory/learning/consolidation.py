@@ -111,7 +111,6 @@ class Consolidation:
         self._service = service
         self._manager = manager
         self._settings = settings
-        self._holds: Holds | None = None
 
     async def run(
         self,
@@ -127,7 +126,6 @@ class Consolidation:
         `model`: the model of the user's last chat (the Manager's unless one is configured);
         no answer waited for past `deadline` (``time.monotonic()``; by default half of the idle
         job's time from now)."""
-        self._holds = holds
         s = self._settings
         done = Tidied()
         if not s.consolidation:
@@ -168,14 +166,14 @@ class Consolidation:
                     else (every[j], fact)  # fmt: skip
                 if older.pinned:
                     continue  # a pinned fact keeps its words and stays
-                await self._merge(user_id, newer, [older], newer.content, job_id, done)
+                await self._merge(user_id, newer, [older], newer.content, job_id, done, holds)
             if fact.id in done.gone:
                 continue
             group = [fact, *(every[j] for j, c in near if c < s.dedup_threshold)]
             if asking and len(group) > 1:
                 try:
                     await self._ask(user_id, group, vectors, every, model, usage, job_id, done,
-                                    deadline)  # fmt: skip
+                                    deadline, holds)  # fmt: skip
                 except ManagerUnavailable as exc:
                     # asked again by the next idle job (after the user's quiet time)
                     logger.info("job %s: consolidation stops: %s", job_id, exc)
@@ -210,6 +208,7 @@ class Consolidation:
         job_id: str,
         done: Tidied,
         deadline: float,
+        holds: Holds | None,
     ) -> None:
         """Ask the model about `group` (an answer past `deadline` is not waited for: the group
         stays as it is) and do what it says, where the checks allow."""
@@ -249,7 +248,7 @@ class Consolidation:
                 and covers(text, into.content)
                 and grounded(text, [f.content for f in (into, *alike)])
             ):
-                await self._merge(user_id, into, alike, text, job_id, done)
+                await self._merge(user_id, into, alike, text, job_id, done, holds)
             else:
                 done.refused += 1
         newest = max(group, key=lambda f: (f.observed_at, f.key))
@@ -268,16 +267,23 @@ class Consolidation:
                 continue
             if float(vectors[at[older.id]] @ like) < self._settings.consolidation_cosine:
                 continue  # the newer one is about something else
-            async with self._writing(user_id, job_id) as w:
+            async with held_unit(self._service, user_id, job_id, holds) as w:
                 if await supersede(w, older.id, newest.id, read=_read(older, newest)):
                     done.superseded += 1
                     done.gone.add(older.id)
 
     async def _merge(
-        self, user_id: str, into: Fact, others: list[Fact], text: str, job_id: str, done: Tidied
+        self,
+        user_id: str,
+        into: Fact,
+        others: list[Fact],
+        text: str,
+        job_id: str,
+        done: Tidied,
+        holds: Holds | None,
     ) -> None:
         (embedded,) = await embed_for_store(self._service.embedder, [text])
-        async with self._writing(user_id, job_id) as w:
+        async with held_unit(self._service, user_id, job_id, holds) as w:
             merged = await merge(w, into.id, [f.id for f in others], text,
                                  embedding=embedded.embedding, model=embedded.model,
                                  read=_read(into, *others))  # fmt: skip
@@ -288,13 +294,17 @@ class Consolidation:
                 done.into.update({k: into.id for k, v in done.into.items() if v == gone})
                 done.into[gone] = into.id
 
-    @contextlib.asynccontextmanager
-    async def _writing(self, user_id: str, job_id: str) -> AsyncIterator[Writer]:
-        """A unit of work of the idle job's, that writes only while the job is still held."""
-        async with self._service.store.writing(user_id, MemorySource.UPKEEP, job_id=job_id) as w:
-            if self._holds is not None and not await self._holds(w):
-                raise JobGone(job_id)
-            yield w
+
+@contextlib.asynccontextmanager
+async def held_unit(
+    service: MemoryService, user_id: str, job_id: str, holds: Holds | None
+) -> AsyncIterator[Writer]:
+    """A unit of work of the idle job `job_id`, that writes only while `holds` says the job is
+    still this process's (:class:`JobGone` otherwise): consolidation's and enrichment's."""
+    async with service.store.writing(user_id, MemorySource.UPKEEP, job_id=job_id) as w:
+        if holds is not None and not await holds(w):
+            raise JobGone(job_id)
+        yield w
 
 
 def _read(*facts: Fact) -> dict[str, str]:

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
@@ -33,15 +33,13 @@ from pydantic import BaseModel
 from pydantic_ai.usage import RunUsage
 
 from app.config import Settings
-from app.memory.learning.applier import JobGone
+from app.memory.learning.consolidation import Holds, held_unit
 from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.manager import Manager
 from app.memory.learning.tidy_checks import grounded
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.parts import MAX_PARTS, Embedded, embed_memories, encode, vector_model
 from app.memory.service import MemoryService
-from app.memory.store.tables import MemorySource
-from app.memory.store.unit import Writer
 from app.memory.store.upkeep import Keyed, fresh_keys, rekeyed
 
 logger = logging.getLogger("memproxy.manager")
@@ -107,7 +105,7 @@ class Enrichment:
         model: str,
         job_id: str,
         deadline: float,
-        holds: Callable[[Writer], Awaitable[bool]] | None = None,
+        holds: Holds | None = None,
     ) -> Enriched:
         """Enrich the user's memories written after version `since` (the module docstring),
         asking no question past `deadline` (``time.monotonic()``)."""
@@ -149,11 +147,7 @@ class Enrichment:
             embedded = await enriched_vectors(
                 self._service.embedder, [plain(k.key) for k in group], context
             )
-            async with self._service.store.writing(
-                user_id, MemorySource.UPKEEP, job_id=job_id
-            ) as w:
-                if holds is not None and not await holds(w):
-                    raise JobGone(job_id)
+            async with held_unit(self._service, user_id, job_id, holds) as w:
                 done.memories += await rekeyed(
                     w,
                     [
