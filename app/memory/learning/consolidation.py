@@ -21,8 +21,10 @@ waited for past it), the Manager's output tokens for one job (``MEMPROXY_MANAGER
 for this step) and :data:`MAX_ASKED` questions; a run stopped by one says where, and the next
 idle job goes on from there (the rest of facts written in one unit with ones it went through,
 an import's, is passed over: every run gets on). A question the model cannot answer usably, or
-in time, leaves its group as it is; a model that cannot be reached stops the run where it is,
-for the next idle job (after the user's quiet time). Each merge or supersession is a unit of
+in time, leaves its group as it is; after :data:`UNUSABLE_IN_A_ROW` unusable answers the run
+asks nothing more (the rest get the near copies' merge alone, and the next idle job, after new
+facts, asks again); a model that cannot be reached stops the run where it is, for the next idle
+job (after the user's quiet time). Each merge or supersession is a unit of
 work of its own, written only while the idle job is still this process's, and only over facts
 whose words are still those the model was shown.
 """
@@ -60,9 +62,12 @@ it (its lease ran out) writes nothing more (:class:`JobGone`)."""
 NEIGHBOURS = 3
 """Facts shown with a new one at most: the model judges a small group well."""
 MAX_ASKED = 50
+"""Questions to the model in one idle job at most."""
+UNUSABLE_IN_A_ROW = 3
+"""Answers in a row that fit no output mode after which a run asks nothing more: a model that
+cannot do this work is not asked for every fact, nor again at once by the next idle job."""
 ANSWER_TOKENS = 300
 """An answer's length at most: two short lists and one memory, in JSON."""
-"""Questions to the model in one idle job at most."""
 INSTRUCTIONS = """You keep a person's memory tidy. You are shown a few memories about the \
 user, numbered, oldest first, each with the day it was said. Answer with:
 - "same": the numbers of the memories that say the same thing, or where one says part of what \
@@ -100,6 +105,9 @@ class Tidied:
     """Each fact merged -> the fact that holds it now."""
     unreachable: bool = False
     """The run stopped because the model could not be reached."""
+    gave_up: bool = False
+    """The model's answers were unusable :data:`UNUSABLE_IN_A_ROW` times in a row: the rest of
+    the run asked nothing."""
 
 
 class _Late(Exception):
@@ -146,6 +154,8 @@ class Consolidation:
         fresh = sorted((i for i, f in enumerate(every) if f.seq > since),
                        key=lambda i: every[i].seq)  # fmt: skip
         begun: int | None = None  # the version whose facts are being gone through
+        unusable = 0  # answers in a row that fit no output mode
+        seen: set[frozenset[tuple[str, str]]] = set()
         for i in fresh:
             fact = every[i]
             if fact.id in done.gone:
@@ -170,10 +180,21 @@ class Consolidation:
             if fact.id in done.gone:
                 continue
             group = [fact, *(every[j] for j, c in near if c < s.dedup_threshold)]
-            if asking and len(group) > 1:
+            shown = frozenset((f.id, f.content) for f in group)
+            if asking and len(group) > 1 and shown not in seen:
+                seen.add(shown)  # a group is the nearest of each of its facts: asked once
                 try:
                     await self._ask(user_id, group, vectors, every, model, usage, job_id, done,
                                     deadline, holds)  # fmt: skip
+                except ManagerAnswerUnusable as exc:
+                    logger.info("job %s: consolidation: no usable answer: %s", job_id, exc)
+                    done.refused += 1
+                    unusable += 1
+                    if unusable >= UNUSABLE_IN_A_ROW:
+                        logger.info("job %s: consolidation asks no more: %d answers in a row "
+                                    "unusable", job_id, unusable)  # fmt: skip
+                        asking, done.gave_up = False, True
+                    continue
                 except ManagerUnavailable as exc:
                     # asked again by the next idle job (after the user's quiet time)
                     logger.info("job %s: consolidation stops: %s", job_id, exc)
@@ -182,6 +203,7 @@ class Consolidation:
                 except _Late:  # asked again by the next idle job
                     done.stopped_at = fact.seq - 1
                     break
+                unusable = 0
         return done
 
     def _near(
@@ -211,7 +233,8 @@ class Consolidation:
         holds: Holds | None,
     ) -> None:
         """Ask the model about `group` (an answer past `deadline` is not waited for: the group
-        stays as it is) and do what it says, where the checks allow."""
+        stays as it is) and do what it says, where the checks allow; an answer that fits no
+        output mode raises :class:`ManagerAnswerUnusable`."""
         assert self._manager is not None
         group = sorted(group, key=lambda f: (f.observed_at, f.key))
         prompt = "\n".join(
@@ -227,10 +250,6 @@ class Consolidation:
             if done.asked > 1:
                 raise _Late from None
             done.refused += 1  # the first question: passed over, or no run would get on
-            return
-        except ManagerAnswerUnusable as exc:
-            logger.info("job %s: consolidation: no usable answer: %s", job_id, exc)
-            done.refused += 1
             return
         at = {f.id: n for n, f in enumerate(every)}
         same = [group[n - 1] for n in dict.fromkeys(tidy.same) if 1 <= n <= len(group)]

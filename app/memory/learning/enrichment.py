@@ -13,7 +13,8 @@ after :data:`MARK` (:func:`keyed`: BM25 reads it there) and its vector added to 
 (the words' own vectors stay first: what consolidation compares). A key enriched already is
 not enriched again (:data:`MARK` in it); a memory whose words change (an edit, an update, a
 merge, an episode given new facts) gets its plain key back and is enriched again by the next
-idle job. Off by default
+idle job. After :data:`~app.memory.learning.consolidation.UNUSABLE_IN_A_ROW` unusable answers
+in a row the run asks nothing more (the rest keep their keys). Off by default
 (``MEMPROXY_ENRICHMENT``): measured on the dev LoCoMo set, docs/performance.md.
 """
 
@@ -33,7 +34,7 @@ from pydantic import BaseModel
 from pydantic_ai.usage import RunUsage
 
 from app.config import Settings
-from app.memory.learning.consolidation import Holds, held_unit
+from app.memory.learning.consolidation import UNUSABLE_IN_A_ROW, Holds, held_unit
 from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.manager import Manager
 from app.memory.learning.tidy_checks import grounded
@@ -79,6 +80,9 @@ class Enriched:
     stopped_at: int | None = None
     unreachable: bool = False
     """The run stopped because the model could not be reached."""
+    gave_up: bool = False
+    """The model's answers were unusable :data:`UNUSABLE_IN_A_ROW` times in a row: the rest of the
+    run asked nothing (those memories keep their keys)."""
 
 
 def plain(key: str) -> str:
@@ -117,8 +121,11 @@ class Enrichment:
             found = [k for k in await fresh_keys(session.execute, user_id, since)
                      if MARK not in k.key]  # given its context already  # fmt: skip
         usage = RunUsage()
+        unusable = 0  # answers in a row that fit no output mode
         for _, grouped in groupby(found, key=lambda k: k.created_at):
             group = list(grouped)
+            if done.gave_up:
+                break
             if done.groups >= GROUPS or time.monotonic() > deadline \
                     or usage.output_tokens >= s.manager_job_max_tokens:  # fmt: skip
                 done.stopped_at = group[0].seq - 1
@@ -134,12 +141,16 @@ class Enrichment:
                 context = None  # the first: passed over, or no run would get on
             except ManagerAnswerUnusable as exc:  # the group keeps its key
                 logger.info("job %s: enrichment: no usable answer: %s", job_id, exc)
-                context = None
+                unusable += 1
+                done.gave_up = unusable >= UNUSABLE_IN_A_ROW
+                done.refused += 1
+                continue
             except ManagerUnavailable as exc:
                 # asked again by the next idle job (after the user's quiet time)
                 logger.info("job %s: enrichment stops: %s", job_id, exc)
                 done.stopped_at, done.unreachable = group[0].seq - 1, True
                 break
+            unusable = 0
             if context is None:
                 done.refused += 1
                 continue

@@ -244,6 +244,36 @@ async def test_an_unusable_answer_leaves_the_group_and_an_unreachable_model_stop
     assert done.asked == 1 and done.stopped_at == 0 and done.unreachable  # asked again later
 
 
+@pytest.mark.parametrize("usable", [(), (3,)])
+async def test_a_model_whose_answers_are_unusable_three_times_in_a_row_is_asked_no_more(
+    engine: AsyncEngine, usable: tuple[int, ...]
+) -> None:
+    """The run goes through every fact all the same (near copies merge, nothing is left for
+    the next idle job); one usable answer starts the count again."""
+    settings = make_settings(consolidation_cosine=0.3, manager_max_retries=0)
+    questions: dict[str, None] = {}
+
+    def babble(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        request = next(m for m in messages if isinstance(m, ModelRequest))
+        questions.setdefault(str(request.parts[-1].content))  # type: ignore[union-attr]
+        if len(questions) in usable:
+            return decided(info, {"same": [], "memory": "", "outdated": []})
+        return decided(info, {"same": "everything"})
+
+    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(babble))
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    tidy = Consolidation(service, manager, settings)
+    teas = "green black oolong white yellow herbal jasmine mint chai rooibos matcha sencha".split()
+    await add(service, "ann", *((f"The user likes {t} tea.", d) for d, t in enumerate(teas)),
+              ("Lives in Oslo, Norway.", 20), ("Lives in Oslo Norway", 21))  # fmt: skip
+    done = await tidy.run("ann", since=0, model="m", job_id="idle-test")
+    assert done.gave_up and done.stopped_at is None
+    assert done.asked == len(questions) == max(usable, default=0) + 3
+    assert done.refused == done.asked - len(usable)
+    assert done.merged == 1  # the copies, after the model was given up
+    assert "Lives in Oslo Norway" in await contents(service, "ann")
+
+
 async def test_the_idle_job_asks_the_model_of_the_users_last_chat(engine: AsyncEngine) -> None:
     """End to end through the worker: the chat's model is recorded, the idle job names it, the
     model's merge is applied, and the job is done with nothing more due."""

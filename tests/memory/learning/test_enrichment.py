@@ -169,3 +169,23 @@ async def test_a_model_that_cannot_be_reached_stops_the_run_for_later(engine: As
     await exchange(service, "ann")
     done = await enrich.run("ann", since=0, model="m", job_id="j", deadline=later())
     assert done.stopped_at == 0 and done.memories == 0
+
+
+async def test_a_model_whose_answers_are_unusable_three_times_in_a_row_is_asked_no_more(
+    engine: AsyncEngine,
+) -> None:
+    """The rest keep their keys and are not left for the next idle job."""
+    settings = make_settings(enrichment=True, manager_max_retries=0)
+
+    def babble(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return decided(info, {"context": ["not", "a", "sentence"]})
+
+    manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(babble))
+    service = MemoryService(MemoryStore(engine), FakeEmbedder())
+    enrich = Enrichment(service, manager, settings)
+    for _ in range(5):  # five exchanges, one unit of memories each
+        await exchange(service, "ann")
+    done = await enrich.run("ann", since=0, model="m", job_id="j", deadline=later())
+    assert done.gave_up and done.stopped_at is None
+    assert done.groups == done.refused == 3 and done.memories == 0
+    assert set((await keys(engine)).values()) == {None}
