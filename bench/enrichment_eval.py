@@ -40,15 +40,14 @@ from app.memory.learning.enrichment import (  # noqa: E402
     INSTRUCTIONS,
     Context,
     context_prompt,
-    enriched_vectors,
     kept_context,
-    keyed,
 )
 from app.memory.learning.manager import (  # noqa: E402
     Manager,
     ManagerAnswerUnusable,
     build_http_client,
 )
+from app.memory.search.parts import embed_for_store, with_context  # noqa: E402
 from app.memory.service import MemoryService  # noqa: E402
 from app.memory.store.records import MemoryRecord, NewMemory  # noqa: E402
 from app.memory.store.tables import MemorySource, MemoryType  # noqa: E402
@@ -113,12 +112,12 @@ async def enrich(
     service: MemoryService, user_id: str, records: list[MemoryRecord], context: str
 ) -> None:
     """Give these memories `context` as the idle work does (its key, its vectors, its write)."""
-    texts = [r.content for r in records]
-    vectors = await enriched_vectors(service.embedder, texts, context)
+    keys = [with_context(r.content, context) for r in records]
+    vectors = await embed_for_store(service.embedder, keys)
     read = [Keyed(r.id, r.content, r.content, r.created_at, r.observed_at, 0) for r in records]
     async with service.store.writing(user_id, MemorySource.UPKEEP) as w:
-        await rekeyed(w, [(k, keyed(k.key, context), v.embedding, v.model)
-                          for k, v in zip(read, vectors, strict=True)])  # fmt: skip
+        await rekeyed(w, [(k, key, v.embedding, v.model)
+                          for k, key, v in zip(read, keys, vectors, strict=True)])  # fmt: skip
 
 
 def episodes_of(session: Session, user: str) -> list[str]:

@@ -9,13 +9,14 @@ idle job, and the Manager's model is asked once per group (:class:`Context`), sh
 the group's memories. The sentence is kept only if it is a sentence of the memories' own words
 (:func:`~app.memory.learning.tidy_checks.grounded`, a few joining words aside), cut to its
 first sentence and at most :data:`CONTEXT_CHARS` long; it is appended to each memory's key
-after :data:`MARK` (:func:`keyed`: BM25 reads it there) and its vector added to the memory's
-(the words' own vectors stay first: what consolidation compares). A key enriched already is
-not enriched again (:data:`MARK` in it); a memory whose words change (an edit, an update, a
-merge, an episode given new facts) gets its plain key back and is enriched again by the next
-idle job. After :data:`~app.memory.learning.consolidation.UNUSABLE_IN_A_ROW` unusable answers
-in a row the run asks nothing more (the rest keep their keys). Off by default
-(``MEMPROXY_ENRICHMENT``): measured on the dev LoCoMo set, docs/performance.md.
+after :data:`~app.memory.search.parts.CONTEXT_MARK` (BM25 reads it there) and embedded as one
+more part of the memory's (:func:`~app.memory.search.parts.parts_of`: the words' own vectors stay
+first, what consolidation compares). A key enriched already is not enriched again; a memory
+whose words change (an edit, an update, a merge, an episode given new facts) gets its plain key
+back and is enriched again by the next idle job. After
+:data:`~app.memory.learning.consolidation.UNUSABLE_IN_A_ROW` unusable answers in a row the run
+asks nothing more (the rest keep their keys). Off by default (``MEMPROXY_ENRICHMENT``):
+measured on the dev LoCoMo set, docs/performance.md.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
 
-import numpy as np
 from pydantic import BaseModel
 from pydantic_ai.usage import RunUsage
 
@@ -38,15 +38,12 @@ from app.memory.learning.consolidation import UNUSABLE_IN_A_ROW, Holds, held_uni
 from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.manager import Manager
 from app.memory.learning.tidy_checks import grounded
-from app.memory.search.embedder import TextEmbedder
-from app.memory.search.parts import MAX_PARTS, Embedded, embed_memories, encode, vector_model
+from app.memory.search.parts import CONTEXT_MARK, embed_for_store, plain_key, with_context
 from app.memory.service import MemoryService
 from app.memory.store.upkeep import Keyed, fresh_keys, rekeyed
 
 logger = logging.getLogger("memproxy.manager")
 
-MARK = "\nContext: "
-"""What comes before the context in a memory's index key."""
 GROUPS = 20
 """Groups of memories (one exchange's each) an idle job enriches at most."""
 MEMORIES = 12
@@ -85,16 +82,6 @@ class Enriched:
     run asked nothing (those memories keep their keys)."""
 
 
-def plain(key: str) -> str:
-    """A memory's index key without the context enrichment gave it."""
-    return key.split(MARK, 1)[0]
-
-
-def keyed(key: str, context: str) -> str:
-    """A memory's index key with `context` (in place of any it had)."""
-    return f"{plain(key)}{MARK}{context}"
-
-
 class Enrichment:
     def __init__(self, service: MemoryService, manager: Manager | None, settings: Settings) -> None:
         self._service = service
@@ -119,7 +106,7 @@ class Enrichment:
             return done
         async with self._service.store.sessions() as session:
             found = [k for k in await fresh_keys(session.execute, user_id, since)
-                     if MARK not in k.key]  # given its context already  # fmt: skip
+                     if CONTEXT_MARK not in k.key]  # given its context already  # fmt: skip
         usage = RunUsage()
         unusable = 0  # answers in a row that fit no output mode
         for _, grouped in groupby(found, key=lambda k: k.created_at):
@@ -154,10 +141,8 @@ class Enrichment:
             if context is None:
                 done.refused += 1
                 continue
-            keys = [keyed(k.key, context) for k in group]
-            embedded = await enriched_vectors(
-                self._service.embedder, [plain(k.key) for k in group], context
-            )
+            keys = [with_context(k.key, context) for k in group]
+            embedded = await embed_for_store(self._service.embedder, keys)
             async with held_unit(self._service, user_id, job_id, holds) as w:
                 done.memories += await rekeyed(
                     w,
@@ -171,26 +156,11 @@ class Enrichment:
     async def _ask(self, group: Sequence[Keyed], model: str, usage: RunUsage) -> str | None:
         """The group's context sentence, or None when the answer is not one to keep."""
         assert self._manager is not None
-        keys = [plain(k.key) for k in group]
+        keys = [plain_key(k.key) for k in group]
         prompt = context_prompt(group[0].observed_at, keys)
         answer = await self._manager.ask(model, Context, INSTRUCTIONS, prompt, usage=usage,
                                          max_tokens=ANSWER_TOKENS)  # fmt: skip
         return kept_context(answer.context, group[0].observed_at, keys)
-
-
-async def enriched_vectors(
-    embedder: TextEmbedder, texts: Sequence[str], context: str
-) -> list[Embedded]:
-    """Each text's vectors with `context`: those of its words (the whole first, as
-    consolidation and every search read them), then the context's, one more part a search
-    may match (:mod:`app.memory.search.parts`)."""
-    vectors = await embed_memories(embedder, [*texts, context])
-    added = vectors[-1][:1]
-    out = []
-    for own in vectors[:-1]:
-        both = np.vstack([own[: MAX_PARTS - 1], added])
-        out.append(Embedded(both, encode(both), vector_model(embedder)))
-    return out
 
 
 def context_prompt(day: datetime, texts: Sequence[str]) -> str:

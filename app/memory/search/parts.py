@@ -8,6 +8,10 @@ Each sentence is embedded with the memory's leading label, when it has one: a sh
 in ``": "`` such as a speaker in a transcript (``[8 May 2023] Caroline: ...``) or a topic in a note
 (``Work: ...``). Without it a sentence loses who and when it is about (measured: -5 points).
 
+A key enrichment gave a sentence of context (after :data:`CONTEXT_MARK`,
+:mod:`app.memory.learning.enrichment`) is embedded as its words are, with the context as one more
+part (its last): whoever embeds it again (a new model, a memory put back) gets the same vectors.
+
 In the FAISS index a part's id is ``key << PART_BITS | part`` (part 0 is the whole text), still
 one int64 per vector; the store keeps all of a memory's vectors in its ``embedding`` column, the
 whole text's first.
@@ -40,9 +44,31 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 _LABEL = re.compile(rf"^(.{{1,{LABEL_MAX_CHARS}}}?:)\s", re.S)
 
 
+CONTEXT_MARK = "\nContext: "
+"""What comes before the sentence of context in an enriched memory's index key."""
+
+
+def plain_key(key: str) -> str:
+    """A memory's index key without the context enrichment gave it."""
+    return key.split(CONTEXT_MARK, 1)[0]
+
+
+def with_context(key: str, context: str) -> str:
+    """A memory's index key with `context` (in place of any it had)."""
+    return f"{plain_key(key)}{CONTEXT_MARK}{context}"
+
+
 def parts_of(text: str) -> list[str]:
     """The texts to embed for a memory: the whole first, then its sentences (if two or more
-    have at least MIN_WORDS words), each carrying the memory's label."""
+    have at least MIN_WORDS words), each carrying the memory's label; an enriched key's
+    context last (the words keep the first parts: what consolidation compares)."""
+    words, mark, context = text.partition(CONTEXT_MARK)
+    if mark:
+        return [*_parts_of_words(words)[: MAX_PARTS - 1], context]
+    return _parts_of_words(text)
+
+
+def _parts_of_words(text: str) -> list[str]:
     label_match = _LABEL.match(text)
     label = label_match.group(1) if label_match and "\n" not in label_match.group(1) else ""
     body = text[len(label) :].strip() if label else text
@@ -104,20 +130,18 @@ def vector_model(embedder: TextEmbedder) -> str:
 
 
 async def embed_memories(embedder: TextEmbedder, texts: Sequence[str]) -> list[np.ndarray]:
-    """Each text's (parts, dim) vectors. All parts are embedded shortest first, in batches, so
-    a batch pads little (the model runs on the longest text of its batch)."""
+    """Each text's (parts, dim) vectors. Each different part is embedded once (an exchange's
+    memories share their context), shortest first, in batches, so a batch pads little (the
+    model runs on the longest text of its batch)."""
     parts = [parts_of(text) for text in texts]
-    flat = [(i, part) for i, each in enumerate(parts) for part in each]
-    order = sorted(range(len(flat)), key=lambda j: len(flat[j][1]))
-    vectors = np.zeros((len(flat), embedder.dim), dtype=np.float32)
-    for start in range(0, len(order), EMBED_BATCH):
-        chunk = order[start : start + EMBED_BATCH]
-        vectors[chunk] = await embedder.embed([flat[j][1] for j in chunk])
-    out, at = [], 0
-    for each in parts:
-        out.append(vectors[at : at + len(each)])
-        at += len(each)
-    return out
+    unique = sorted(dict.fromkeys(part for each in parts for part in each), key=len)
+    vectors = np.zeros((len(unique), embedder.dim), dtype=np.float32)
+    for start in range(0, len(unique), EMBED_BATCH):
+        vectors[start : start + EMBED_BATCH] = await embedder.embed(
+            unique[start : start + EMBED_BATCH]
+        )
+    at = {part: i for i, part in enumerate(unique)}
+    return [vectors[[at[part] for part in each]] for each in parts]
 
 
 @dataclass(frozen=True, slots=True)

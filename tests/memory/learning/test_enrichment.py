@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -17,8 +18,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from app.memory.learning.applier import JobGone
-from app.memory.learning.enrichment import MARK, Enrichment, keyed, plain
+from app.memory.learning.enrichment import Enrichment
 from app.memory.learning.manager import Manager
+from app.memory.search.parts import CONTEXT_MARK, decode, plain_key, with_context
 from app.memory.service import MemoryService
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
@@ -91,18 +93,38 @@ async def test_an_exchange_is_found_by_its_context_and_shown_in_its_words(
                              "- Signed up for a class."]  # fmt: skip
     assert await keys(engine) == {
         "I signed up for a class at the pottery studio.":
-            f"I signed up for a class at the pottery studio.{MARK}{STUDIO}",
-        "Signed up for a class.": f"Signed up for a class.{MARK}{STUDIO}",
+            f"I signed up for a class at the pottery studio.{CONTEXT_MARK}{STUDIO}",
+        "Signed up for a class.": f"Signed up for a class.{CONTEXT_MARK}{STUDIO}",
     }  # fmt: skip
     fresh = MemoryService(service.store, FakeEmbedder())  # another process: read from the store
     after = await lexical(fresh, "studio")
     fact = "Signed up for a class."
     assert after[fact] > 2 * before[fact]  # found by its context ("studio"); shown in its words
-    assert all(MARK not in f.memory.content
+    assert all(CONTEXT_MARK not in f.memory.content
                for f in await fresh.search("ann", "studio", limit=10, min_score=0.0))  # fmt: skip
     # once: a memory given its context is not given one again (a resumed run reads it again)
     again = await enrich.run("ann", since=0, model="m", job_id="idle-y", deadline=later())
     assert again.groups == 0 and len(model.prompts) == 1
+
+
+async def test_an_enriched_memory_embedded_again_by_a_new_model_keeps_its_context_part(
+    engine: AsyncEngine,
+) -> None:
+    """After a change of embedding model, a search embeds the user's memories again from their
+    keys: an enriched one gets its words' vectors and then its context's, as enrichment wrote."""
+    enrich, _, service = enrichment(engine)
+    await exchange(service, "ann")
+    await enrich.run("ann", since=0, model="m", job_id="idle-x", deadline=later())
+    other = FakeEmbedder("fake-bow-64-v2")
+    await MemoryService(service.store, other).search("ann", "pottery", limit=5, min_score=0.0)
+    async with async_sessionmaker(engine)() as session:
+        rows = (await session.execute(select(Memory.content, Memory.embedding_model,
+                                             Memory.embedding))).all()  # fmt: skip
+    for content, model, stored in rows:
+        assert model is not None and model.startswith("fake-bow-64-v2/")
+        vectors = decode(stored, other.dim)
+        assert np.allclose(vectors[0], other.vector(content))
+        assert np.allclose(vectors[-1], other.vector(STUDIO)) and len(vectors) == 2
 
 
 async def test_off_by_default_and_without_a_model(engine: AsyncEngine) -> None:
@@ -134,8 +156,8 @@ async def test_a_context_the_checks_refuse_changes_nothing(
 
 
 async def test_a_new_context_replaces_the_old_and_new_words_drop_it(engine: AsyncEngine) -> None:
-    assert keyed(f"words{MARK}old", "new") == f"words{MARK}new"
-    assert plain(f"words{MARK}old") == "words"
+    assert with_context(f"words{CONTEXT_MARK}old", "new") == f"words{CONTEXT_MARK}new"
+    assert plain_key(f"words{CONTEXT_MARK}old") == "words"
     enrich, _, service = enrichment(engine)
     _, fact = await exchange(service, "ann")
     await enrich.run("ann", since=0, model="m", job_id="j", deadline=later())
