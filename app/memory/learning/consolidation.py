@@ -4,8 +4,9 @@ each with the user's facts nearest it, made into fewer and truer facts.
 For each new fact (oldest written first), the user's facts at least
 ``MEMPROXY_CONSOLIDATION_COSINE`` like it (at most :data:`NEIGHBOURS`):
 
-- those nearly its copy (cosine above ``MEMPROXY_DEDUP_THRESHOLD``) merge into whichever of the
-  two was said last, in its words: the newest truth, no model needed;
+- those nearly its copy (cosine above ``MEMPROXY_DEDUP_THRESHOLD``, the same numbers and names)
+  merge into whichever of the two was said last, in its words: the newest truth, no model
+  needed;
 - with the others, the Manager's model (``MEMPROXY_MANAGER_MODEL``, else the model of the
   user's last chat) is shown the group, oldest said first with its day, and answers
   :class:`Tidy`: which say the same thing (merged into one memory it writes, kept only when
@@ -46,7 +47,13 @@ from app.config import Settings
 from app.memory.learning.applier import JobGone
 from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.manager import Manager
-from app.memory.learning.tidy_checks import SAME_COSINE, covers, grounded, tells_a_change
+from app.memory.learning.tidy_checks import (
+    SAME_COSINE,
+    covers,
+    grounded,
+    same_details,
+    tells_a_change,
+)
 from app.memory.search.parts import decode, embed_for_store, vector_model
 from app.memory.service import MemoryService
 from app.memory.store.tables import MemorySource
@@ -168,7 +175,8 @@ class Consolidation:
                 break
             begun = fact.seq
             near = self._near(vectors, i, every, done.gone)
-            copies = [j for j, c in near if c >= s.dedup_threshold]
+            copies = [j for j, c in near if c >= s.dedup_threshold
+                      and same_details(fact.content, every[j].content)]  # fmt: skip
             for j in copies:  # the newest truth: the one said last, in its words
                 if fact.id in done.gone:
                     break
@@ -179,7 +187,7 @@ class Consolidation:
                 await self._merge(user_id, newer, [older], newer.content, job_id, done, holds)
             if fact.id in done.gone:
                 continue
-            group = [fact, *(every[j] for j, c in near if c < s.dedup_threshold)]
+            group = [fact, *(every[j] for j, _ in near if j not in copies)]
             shown = frozenset((f.id, f.content) for f in group)
             if asking and len(group) > 1 and shown not in seen:
                 seen.add(shown)  # a group is the nearest of each of its facts: asked once

@@ -10,6 +10,9 @@ it out:
 - a merge: the merged memory says nothing the facts do not (:func:`grounded`), keeps most of
   what each fact merged said (:func:`covers`), and each fact merged is alike the one it goes
   into (:data:`SAME_COSINE`);
+- a near copy merged with no model at all (a cosine above the dedup threshold): the two name
+  the same numbers and names (:func:`same_details`: "keeps thing 0" and "keeps thing 1", or
+  two appointments on different days, are two facts however alike their vectors);
 - a supersession: the newer fact says that something changed (:func:`tells_a_change`: moved,
   quit, no longer, a new job...), and the two are alike (``MEMPROXY_CONSOLIDATION_COSINE``);
   which fact ended is told by the dates, not by the model.
@@ -44,6 +47,21 @@ CHANGE = re.compile(
 album with the band" ends nothing)."""
 
 _ANALYZER = Analyzer()
+_NUMBER = re.compile(r"\d+")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+")
+
+
+def same_details(a: str, b: str) -> bool:
+    """Whether two facts name the same numbers and names (capitalised words but a sentence's
+    first): what near copies must, since MiniLM puts facts that differ in one of them very
+    close."""
+    return _details(a) == _details(b)
+
+
+def _details(text: str) -> set[str]:
+    names = {w.strip(".,;:!?\"'()").lower() for s in _SENTENCES.split(text.strip())
+             for w in s.split()[1:] if w[:1].isupper()}  # fmt: skip
+    return names | set(_NUMBER.findall(text))
 
 
 def grounded(text: str, contents: Sequence[str], *, allowed: int = NEW_WORDS) -> bool:

@@ -24,6 +24,7 @@ from app.memory.learning.consolidation import Consolidation
 from app.memory.learning.idle import IdleWork
 from app.memory.learning.jobs import JobQueue
 from app.memory.learning.manager import Manager
+from app.memory.learning.tidy_checks import same_details
 from app.memory.search.parts import embed_for_store
 from app.memory.service import MemoryService
 from app.memory.store.memories import MemoryStore
@@ -123,6 +124,36 @@ async def test_near_copies_merge_into_the_one_said_last_without_a_model(
     again = await tidy.run("ann", since=0, model="m", job_id="idle-again")
     assert (again.merged, again.superseded) == (0, 0)
     assert other in {r.id for r in (await service.page("ann", limit=10, offset=0))[0]}
+
+
+@pytest.mark.parametrize("second", [
+    "Has a dentist appointment at the clinic on the main street on May 10.",  # another day
+    "Has a dentist appointment at the clinic on the main street on June 3.",  # another month
+])  # fmt: skip
+async def test_near_copies_that_name_other_numbers_or_names_are_two_facts(
+    engine: AsyncEngine, second: str
+) -> None:
+    """Alike enough to merge by their vectors alone, but not the same: they go to the model,
+    and with none they both stay (the soak's "keeps profile thing 0" and "... thing 1" were
+    merged, two of a user's profile facts gone)."""
+    tidy, tidier = tidying(engine)
+    first = "Has a dentist appointment at the clinic on the main street on May 3."
+    vectors = FakeEmbedder()
+    assert float(vectors.vector(first) @ vectors.vector(second)) >= 0.9  # a copy by the cosine
+    await add(service := tidy._service, "ann", (first, 0), (second, 1))
+    done = await tidy.run("ann", since=0, model="", job_id="idle-test")
+    assert (done.merged, done.asked) == (0, 0)
+    assert await contents(service, "ann") == sorted([first, second])
+    asked = await tidy.run("ann", since=0, model="m", job_id="idle-again")
+    assert (asked.merged, asked.asked) == (0, 1) and len(tidier.prompts) == 1
+
+
+def test_the_details_near_copies_must_share() -> None:
+    assert same_details("Lives in Oslo, Norway.", "Lives in Oslo Norway")
+    assert same_details("The user has 2 kids.", "Has 2 kids.")
+    assert not same_details("soak-01 keeps profile thing 0", "soak-01 keeps profile thing 1")
+    assert not same_details("Lives in Oslo.", "Lives in Bergen.")
+    assert same_details("Moved house. Likes it.", "Moved house. likes it")  # a sentence's first
 
 
 async def test_the_model_merges_what_says_the_same_and_supersedes_what_ended(
