@@ -23,8 +23,8 @@ for this step) and :data:`MAX_ASKED` questions; a run stopped by one says where,
 idle job goes on from there (the rest of facts written in one unit with ones it went through,
 an import's, is passed over: every run gets on). A question the model cannot answer usably, or
 in time, leaves its group as it is; after :data:`UNUSABLE_IN_A_ROW` unusable answers the run
-asks nothing more (the rest get the near copies' merge alone, and the next idle job, after new
-facts, asks again); a model that cannot be reached stops the run where it is, for the next idle
+asks nothing more (the rest get the near copies' merge alone; the next idle job asks about newer
+facts only); a model that cannot be reached stops the run where it is, for the next idle
 job (after the user's quiet time). Each merge or supersession is a unit of
 work of its own, written only while the idle job is still this process's, and only over facts
 whose words are still those the model was shown.
@@ -40,7 +40,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from pydantic import BaseModel, Field
 from pydantic_ai.usage import RunUsage
 
 from app.config import Settings
@@ -48,9 +47,14 @@ from app.memory.learning.applier import JobGone
 from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.manager import Manager
 from app.memory.learning.tidy_checks import (
+    ANSWER_TOKENS,
+    INSTRUCTIONS,
     SAME_COSINE,
+    Tidy,
     covers,
     grounded,
+    keeps_details,
+    question,
     same_details,
     tells_a_change,
 )
@@ -73,27 +77,6 @@ MAX_ASKED = 50
 UNUSABLE_IN_A_ROW = 3
 """Answers in a row that fit no output mode after which a run asks nothing more: a model that
 cannot do this work is not asked for every fact, nor again at once by the next idle job."""
-ANSWER_TOKENS = 300
-"""An answer's length at most: two short lists and one memory, in JSON."""
-INSTRUCTIONS = """You keep a person's memory tidy. You are shown a few memories about the \
-user, numbered, oldest first, each with the day it was said. Answer with:
-- "same": the numbers of the memories that say the same thing, or where one says part of what \
-another says (two or more numbers), else an empty list;
-- "memory": when "same" has numbers, one short memory that says everything they say, in the \
-third person; where they differ, the newest is true. Else "";
-- "outdated": the numbers of memories that a newer memory in the list shows are no longer \
-true (the user moved, changed jobs, stopped doing something, changed their mind), else an \
-empty list.
-Memories about different things, or that can all be true at once, are neither the same nor \
-outdated: answer empty lists."""
-
-
-class Tidy(BaseModel):
-    """The model's answer about one group of facts."""
-
-    same: list[int] = Field(default_factory=list)
-    memory: str = ""
-    outdated: list[int] = Field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -167,8 +150,10 @@ class Consolidation:
             fact = every[i]
             if fact.id in done.gone:
                 continue
-            if asking and (time.monotonic() > deadline or done.asked >= MAX_ASKED
-                           or usage.output_tokens >= s.manager_job_max_tokens):  # fmt: skip
+            if time.monotonic() > deadline or (
+                asking
+                and (done.asked >= MAX_ASKED or usage.output_tokens >= s.manager_job_max_tokens)
+            ):
                 # The next run goes on from here; the rest of facts written together with ones
                 # gone through already (an import's) is passed over, so that every run gets on.
                 done.stopped_at = fact.seq if fact.seq == begun else fact.seq - 1
@@ -245,10 +230,7 @@ class Consolidation:
         output mode raises :class:`ManagerAnswerUnusable`."""
         assert self._manager is not None
         group = sorted(group, key=lambda f: (f.observed_at, f.key))
-        prompt = "\n".join(
-            f"[{n}] ({f.observed_at.strftime('%d %B %Y')}) {' '.join(f.content.split())}"
-            for n, f in enumerate(group, 1)
-        )
+        prompt = question([(f.observed_at, f.content) for f in group])
         done.asked += 1
         try:
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
@@ -269,10 +251,11 @@ class Consolidation:
             text = " ".join(tidy.memory.split())
             alike = [f for f in same if f is not into
                      and float(vectors[at[f.id]] @ like) >= SAME_COSINE
-                     and covers(text, f.content)]  # fmt: skip
+                     and covers(text, f.content) and keeps_details(text, f.content)]  # fmt: skip
             if (
                 alike
                 and covers(text, into.content)
+                and keeps_details(text, into.content)
                 and grounded(text, [f.content for f in (into, *alike)])
             ):
                 await self._merge(user_id, into, alike, text, job_id, done, holds)

@@ -129,7 +129,10 @@ class Enrichment:
             except ManagerAnswerUnusable as exc:  # the group keeps its key
                 logger.info("job %s: enrichment: no usable answer: %s", job_id, exc)
                 unusable += 1
-                done.gave_up = unusable >= UNUSABLE_IN_A_ROW
+                if unusable >= UNUSABLE_IN_A_ROW:
+                    logger.info("job %s: enrichment asks no more: %d answers in a row "
+                                "unusable", job_id, unusable)  # fmt: skip
+                    done.gave_up = True
                 done.refused += 1
                 continue
             except ManagerUnavailable as exc:

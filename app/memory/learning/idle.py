@@ -132,11 +132,13 @@ class IdleWork:
             self._metrics.distilled_exchanges.inc(done.distilled.queued)
         if done.enriched.memories:
             self._metrics.enriched_memories.inc(done.enriched.memories)
+        gave_up = tidied.gave_up or done.enriched.gave_up
         logger.info(
             "idle job %s done: %d exchanges' words queued to be distilled; %d facts merged, %d "
-            "superseded (%d questions, %d refused); %d memories given a context%s; %d memories "
+            "superseded (%d questions, %d refused%s); %d memories given a context%s; %d memories "
             "forgotten", job.id, done.distilled.queued, tidied.merged, tidied.superseded,
-            tidied.asked, tidied.refused, done.enriched.memories,
+            tidied.asked, tidied.refused, ", then none: its answers fit nothing" if gave_up else "",
+            done.enriched.memories,
             "" if done.upto is None else f" (stopped at its bound: goes on from {done.upto})",
             len(done.forgotten),
         )  # fmt: skip

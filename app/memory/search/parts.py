@@ -11,10 +11,11 @@ in ``": "`` such as a speaker in a transcript (``[8 May 2023] Caroline: ...``) o
 A key enrichment gave a sentence of context (after :data:`CONTEXT_MARK`,
 :mod:`app.memory.learning.enrichment`) is embedded as its words are, with the context as one more
 part (its last): whoever embeds it again (a new model, a memory put back) gets the same vectors.
+The split of a key without one is unchanged (``SCHEME`` stays): no stored vector is made stale.
 
-In the FAISS index a part's id is ``key << PART_BITS | part`` (part 0 is the whole text), still
-one int64 per vector; the store keeps all of a memory's vectors in its ``embedding`` column, the
-whole text's first.
+In the FAISS index a part's id is ``key << PART_BITS | part`` (part 0 is the whole text, its
+words for an enriched key), still one int64 per vector; the store keeps all of a memory's
+vectors in its ``embedding`` column, the whole text's first.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 
 PART_BITS = 5
 MAX_PARTS = 1 << PART_BITS
-"""The whole text and at most 31 sentences (more are grouped into 31 runs of sentences)."""
+"""The whole text and at most 31 sentences (more are grouped into 31 runs of sentences; an
+enriched key's words into 30, its context the last part)."""
 MIN_WORDS = 3
 """Shorter sentences ("Wow!", "Thanks, Mel!") say nothing on their own and are not embedded."""
 LABEL_MAX_CHARS = 80
@@ -44,8 +46,10 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 _LABEL = re.compile(rf"^(.{{1,{LABEL_MAX_CHARS}}}?:)\s", re.S)
 
 
-CONTEXT_MARK = "\nContext: "
-"""What comes before the sentence of context in an enriched memory's index key."""
+CONTEXT_MARK = "\n\x1e"
+"""What comes before the sentence of context in an enriched memory's index key: a record
+separator no one types (a user's own "Context: ..." line is words like any other), and no word
+for BM25 to read."""
 
 
 def plain_key(key: str) -> str:
@@ -59,24 +63,25 @@ def with_context(key: str, context: str) -> str:
 
 
 def parts_of(text: str) -> list[str]:
-    """The texts to embed for a memory: the whole first, then its sentences (if two or more
-    have at least MIN_WORDS words), each carrying the memory's label; an enriched key's
-    context last (the words keep the first parts: what consolidation compares)."""
+    """The texts to embed for a memory, at most :data:`MAX_PARTS`: the whole first, then its
+    sentences (if two or more have at least MIN_WORDS words; runs of them when there are more
+    than fit), each carrying the memory's label. An enriched key's are its words' (the words
+    whole first: what consolidation compares), then its context."""
     words, mark, context = text.partition(CONTEXT_MARK)
     if mark:
-        return [*_parts_of_words(words)[: MAX_PARTS - 1], context]
-    return _parts_of_words(text)
+        return [*_parts_of_words(words, MAX_PARTS - 1), context]
+    return _parts_of_words(text, MAX_PARTS)
 
 
-def _parts_of_words(text: str) -> list[str]:
+def _parts_of_words(text: str, most: int) -> list[str]:
     label_match = _LABEL.match(text)
     label = label_match.group(1) if label_match and "\n" not in label_match.group(1) else ""
     body = text[len(label) :].strip() if label else text
     sentences = [s for s in _SENTENCE_END.split(body) if len(s.split()) >= MIN_WORDS]
     if len(sentences) < 2:
         return [text]
-    if len(sentences) > MAX_PARTS - 1:
-        size = -(-len(sentences) // (MAX_PARTS - 1))  # ceiling division
+    if len(sentences) > most - 1:
+        size = -(-len(sentences) // (most - 1))  # ceiling division
         sentences = [" ".join(sentences[i : i + size]) for i in range(0, len(sentences), size)]
     return [text, *(f"{label} {s}" if label else s for s in sentences)]
 

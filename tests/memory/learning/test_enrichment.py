@@ -193,21 +193,30 @@ async def test_a_model_that_cannot_be_reached_stops_the_run_for_later(engine: As
     assert done.stopped_at == 0 and done.memories == 0
 
 
+@pytest.mark.parametrize("usable", [(), (3,)])
 async def test_a_model_whose_answers_are_unusable_three_times_in_a_row_is_asked_no_more(
-    engine: AsyncEngine,
+    engine: AsyncEngine, usable: tuple[int, ...]
 ) -> None:
-    """The rest keep their keys and are not left for the next idle job."""
+    """The rest keep their keys and are not left for the next idle job; a usable answer starts
+    the count again."""
     settings = make_settings(enrichment=True, manager_max_retries=0)
+    questions: dict[str, None] = {}
 
     def babble(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        request = next(m for m in messages if isinstance(m, ModelRequest))
+        questions.setdefault(str(request.parts[-1].content))  # type: ignore[union-attr]
+        if len(questions) in usable:
+            return decided(info, {"context": STUDIO})
         return decided(info, {"context": ["not", "a", "sentence"]})
 
     manager = Manager(settings, http_client=httpx.AsyncClient(), model=FunctionModel(babble))
     service = MemoryService(MemoryStore(engine), FakeEmbedder())
     enrich = Enrichment(service, manager, settings)
-    for _ in range(5):  # five exchanges, one unit of memories each
-        await exchange(service, "ann")
+    for n in range(8):  # eight exchanges, one unit of memories each
+        await service.add("ann", [NewMemory(f"I signed up for class {n} at the pottery studio.",
+                                            observed_at=SAID)])  # fmt: skip
     done = await enrich.run("ann", since=0, model="m", job_id="j", deadline=later())
     assert done.gave_up and done.stopped_at is None
-    assert done.groups == done.refused == 3 and done.memories == 0
-    assert set((await keys(engine)).values()) == {None}
+    assert done.groups == len(questions) == max(usable, default=0) + 3
+    assert done.refused == done.groups - len(usable) and done.memories == len(usable)
+    assert sum(k is not None for k in (await keys(engine)).values()) == len(usable)

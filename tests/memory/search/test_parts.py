@@ -32,8 +32,11 @@ def test_an_enriched_key_is_embedded_as_its_words_then_its_context() -> None:
     assert with_context(key, "Newer.") == f"{words}{CONTEXT_MARK}Newer."
     assert parts_of(key) == [*parts_of(words), "On 8 May the user talked about a support group."]
     many = " ".join(f"Sentence number {n} is here." for n in range(93))
-    long = parts_of(with_context(many, "Context."))  # the last run of sentences makes room
-    assert long == [*parts_of(many)[: MAX_PARTS - 1], "Context."]
+    long = parts_of(with_context(many, "Context."))  # in fewer runs: every sentence in one
+    assert len(long) <= MAX_PARTS and long[0] == many and long[-1] == "Context."
+    assert " ".join(long[1:-1]) == " ".join(parts_of(many)[1:])
+    mine = "Task: fix the bug.\nContext: the user's own words, not a context."
+    assert CONTEXT_MARK not in mine and parts_of(mine)[0] == mine
 
 
 async def test_each_different_part_is_embedded_once_shortest_first() -> None:
