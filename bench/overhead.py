@@ -23,8 +23,13 @@ never a cache hit. `--memories 0` sends `X-Memory: off` instead: the proxy alone
 Targets (2-core machine, one worker): added TTFB p50 <= 2 ms with memory off (issue 2) and
 <= 8 ms with recall over 10k memories (issue 3); throughput >= 70 %.
 
+`--against REV` compares this checkout with another commit (``git archive`` of REV, served from
+its own copy of the same database): time to first byte in alternating triples (direct, one
+proxy, the other, their order swapped each time), and each proxy's CPU per request; what the
+machine's load does to one, it does to the other.
+
 Run: .venv/bin/python bench/overhead.py [--upstream raw|fastapi] [--memories 10000]
-     [--requests 400] [--seconds 4] [--rounds 2]
+     [--requests 400] [--seconds 4] [--rounds 2] [--against HEAD~1]
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -78,9 +84,9 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes], seconds: float = 60
 
 
 @contextmanager
-def server(args: list[str], port: int, env: dict[str, str]) -> Iterator[int]:
-    """Run a server process until the block ends; yields its pid."""
-    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL)
+def server(args: list[str], port: int, env: dict[str, str], cwd: Path = ROOT) -> Iterator[int]:
+    """Run a server process (from `cwd`'s code) until the block ends; yields its pid."""
+    proc = subprocess.Popen(args, cwd=cwd, env={**os.environ, **env}, stdout=subprocess.DEVNULL)
     try:
         wait_listening(port, proc)
         yield proc.pid
@@ -237,6 +243,46 @@ async def run(args: argparse.Namespace, up_port: int, proxy_port: int, proxy_pid
     print(f"memproxy CPU per streamed request (instant rounds): {cpu_per_request * 1000:.2f} ms")
 
 
+async def compare(
+    args: argparse.Namespace, up_port: int, this: tuple[int, int], base: tuple[int, int]
+) -> None:
+    """This checkout against `args.against`, in alternating triples (the module docstring)."""
+    memory = {"X-Memory": "off"} if not args.memories else {}
+    direct = Connection(up_port, "/v1/chat/completions")
+    ours = Connection(this[0], "/v1/chat/completions", memory, vary=bool(args.memories))
+    theirs = Connection(base[0], "/v1/chat/completions", memory, vary=bool(args.memories))
+    for _ in range(50):  # warm-up
+        for conn in (direct, ours, theirs):
+            await conn.send()
+    times: dict[str, list[float]] = {"direct": [], "this": [], "base": []}
+    cpu = {"this": 0.0, "base": 0.0}
+    pids = {"this": this[1], "base": base[1]}
+    conns = {"direct": direct, "this": ours, "base": theirs}
+    for i in range(args.requests):
+        for name in ("direct", "this", "base") if i % 2 else ("direct", "base", "this"):
+            before = cpu_seconds(pids[name]) if name in pids else 0.0
+            times[name].append((await conns[name].send())[0])
+            if name in pids:
+                cpu[name] += cpu_seconds(pids[name]) - before
+    ms = 1000
+    d50, d99 = pct(times["direct"], 0.5), pct(times["direct"], 0.99)
+    what = f"recall over {args.memories:,} memories" if args.memories else "X-Memory: off"
+    print(f"time to first byte, {args.requests} alternating triples (ms); {what}")
+    print(f"  {'':18} {'p50':>7} {'p99':>7} {'added p50':>10} {'added p99':>10} {'CPU/req':>8}")
+    print(f"  {'direct':18} {d50 * ms:7.2f} {d99 * ms:7.2f}")
+    added = {}
+    for name, label in (("base", f"base {args.against}"), ("this", "this checkout")):
+        p50, p99 = pct(times[name], 0.5), pct(times[name], 0.99)
+        added[name] = ((p50 - d50) * ms, (p99 - d99) * ms)
+        print(f"  {label:18} {p50 * ms:7.2f} {p99 * ms:7.2f} {added[name][0]:10.2f} "
+              f"{added[name][1]:10.2f} {cpu[name] / args.requests * ms:8.2f}")  # fmt: skip
+    print(
+        f"  this / base: added p50 x{added['this'][0] / added['base'][0]:.2f}, "
+        f"added p99 x{added['this'][1] / added['base'][1]:.2f}, "
+        f"CPU per request x{cpu['this'] / cpu['base']:.2f}"
+    )
+
+
 UPSTREAMS = {
     "raw": "app.devtools.fake_upstream:FakeUpstream",
     "fastapi": "bench.fastapi_upstream:create_app",
@@ -265,6 +311,9 @@ def main() -> None:
         choices=["raw", "fastapi"],
         default="raw",
         help="raw: the bundled raw-ASGI fake; fastapi: bench/fastapi_upstream.py",
+    )
+    parser.add_argument(
+        "--against", metavar="REV", help="compare with this commit in alternating triples"
     )
     args = parser.parse_args()
     up_port, proxy_port = free_port(), free_port()
@@ -298,6 +347,27 @@ def main() -> None:
             "MEMPROXY_RELEVANCE_THRESHOLD": "0",
             "MEMPROXY_MANAGER_ENABLED": "false",  # recall alone: bench/manager_overhead.py
         }
+        if args.against:
+            base = Path(folder) / "base"
+            base.mkdir()
+            archive = subprocess.run(["git", "archive", args.against], cwd=ROOT, check=True,
+                                     capture_output=True).stdout  # fmt: skip
+            subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+            if args.memories:
+                shutil.copy(f"{folder}/memproxy.db", f"{folder}/base.db")
+            base_port = free_port()
+            base_cmd = [*proxy_cmd[:-1], str(base_port)]
+            base_env = {**proxy_env, "MEMPROXY_DATABASE_URL": database.replace("memproxy.db",
+                                                                               "base.db"),
+                        "PYTHONPATH": str(base)}  # fmt: skip
+            with (
+                server(upstream_cmd, up_port, {}),
+                server(proxy_cmd, proxy_port, proxy_env) as proxy_pid,
+                server(base_cmd, base_port, base_env, cwd=base) as base_pid,
+            ):
+                asyncio.run(compare(args, up_port, (proxy_port, proxy_pid),
+                                    (base_port, base_pid)))  # fmt: skip
+            return
         with (
             server(upstream_cmd, up_port, {}),
             server(proxy_cmd, proxy_port, proxy_env) as proxy_pid,
