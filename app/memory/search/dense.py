@@ -19,7 +19,7 @@ import faiss
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from app.memory.search.parts import key_of, part_ids
+from app.memory.search.parts import key_of, parts_ids
 
 
 def configure_threads(threads: int) -> None:
@@ -54,7 +54,7 @@ class VectorIndex:
         if not keys:
             return
         self.remove(keys)
-        ids = np.concatenate([part_ids(k, len(v)) for k, v in zip(keys, vectors, strict=True)])
+        ids = parts_ids(np.asarray(keys, dtype=np.int64), np.array([len(v) for v in vectors]))
         stacked = np.ascontiguousarray(np.concatenate(vectors), dtype=np.float32)
         self._index.add_with_ids(stacked, ids)
         self._parts.update((k, len(v)) for k, v in zip(keys, vectors, strict=True))
@@ -62,8 +62,8 @@ class VectorIndex:
     def remove(self, keys: Sequence[int]) -> None:
         present = [(k, self._parts.pop(k)) for k in keys if k in self._parts]
         if present:
-            ids = np.concatenate([part_ids(k, n) for k, n in present])
-            self._index.remove_ids(faiss.IDSelectorBatch(ids))
+            held, parts = np.array(present, dtype=np.int64).T
+            self._index.remove_ids(faiss.IDSelectorBatch(parts_ids(held, parts)))
 
     def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Up to `k` nearest memories and their best part's cosine, best first."""
@@ -82,8 +82,7 @@ class VectorIndex:
         """Best-part cosine of `vector` with each key's vectors (keys must be present)."""
         if not len(keys):
             return np.zeros(0, dtype=np.float32)
-        counts = np.array([self._parts[k] for k in keys.tolist()])
-        ids = np.concatenate([part_ids(k, n) for k, n in zip(keys.tolist(), counts, strict=True)])
-        cosines = self._index.reconstruct_batch(ids) @ vector.reshape(-1)
+        counts = np.fromiter(map(self._parts.__getitem__, keys.tolist()), np.int64, len(keys))
+        cosines = self._index.reconstruct_batch(parts_ids(keys, counts)) @ vector.reshape(-1)
         best: np.ndarray = np.maximum.reduceat(cosines, np.cumsum(counts) - counts)
         return best.astype(np.float32)

@@ -112,8 +112,13 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else f"{text}."
 
 
-def part_ids(key: int, parts: int) -> np.ndarray:
-    return (np.int64(key) << PART_BITS) + np.arange(parts, dtype=np.int64)
+def parts_ids(keys: np.ndarray, parts: np.ndarray) -> np.ndarray:
+    """The FAISS ids of each key's parts (``key << PART_BITS | part``, `parts[i]` of key
+    `keys[i]`), key after key, in one array operation."""
+    starts = np.cumsum(parts) - parts
+    within = np.arange(int(parts.sum()), dtype=np.int64) - np.repeat(starts, parts)
+    ids: np.ndarray = (np.repeat(keys.astype(np.int64), parts) << PART_BITS) + within
+    return ids
 
 
 def key_of(ids: np.ndarray) -> np.ndarray:

@@ -63,7 +63,13 @@ def choose(
     blocked: set[int] = set()
     for key in shown:
         blocked.update(links.get(key, ()))
-    costs = [estimate_tokens(memory_line(h)) for h in hits]
+    costs: dict[int, int] = {}  # position -> tokens, worked out for the hits looked at only
+
+    def cost(at: int) -> int:
+        if at not in costs:
+            costs[at] = estimate_tokens(memory_line(hits[at]))
+        return costs[at]
+
     best = {h.key: h.score for h in hits}
     deferred = {  # an episode a linked fact says well enough waits: taken, the fact blocks it
         hit.key
@@ -84,17 +90,17 @@ def choose(
         kind = hit.type == _EPISODE
         if hit.key in deferred:
             continue
-        if hit.key not in blocked and used[kind] + costs[at] <= budgets[kind]:
-            take(at, hit, kind, costs[at])
+        if hit.key not in blocked and used[kind] + cost(at) <= budgets[kind]:
+            take(at, hit, kind, cost(at))
     spare = budget_tokens - used[True] - used[False]
     chosen = {at for at, _ in taken}
     # then what either kind left unused, best first (an episode whose fact did not fit too)
     for at, hit in enumerate(hits):
         if len(taken) >= limit or spare <= 0:
             break
-        if at in chosen or hit.key in blocked or costs[at] > spare:
+        if at in chosen or hit.key in blocked or cost(at) > spare:
             continue
-        take(at, hit, hit.type == _EPISODE, costs[at])
-        spare -= costs[at]
+        take(at, hit, hit.type == _EPISODE, cost(at))
+        spare -= cost(at)
     taken.sort(key=lambda pair: (pair[1].type == _EPISODE, pair[0]))
     return [hit for _, hit in taken]
