@@ -26,7 +26,8 @@ Targets (2-core machine, one worker): added TTFB p50 <= 2 ms with memory off (is
 `--against REV` compares this checkout with another commit (``git archive`` of REV, served from
 its own copy of the same database): time to first byte in alternating triples (direct, one
 proxy, the other, their order swapped each time), and each proxy's CPU per request; what the
-machine's load does to one, it does to the other.
+machine's load does to one, it does to the other. `--set NAME=VALUE` gives this checkout's
+server a setting the other does not get (`--against HEAD --set ...`: one setting's A/B).
 
 Run: .venv/bin/python bench/overhead.py [--upstream raw|fastapi] [--memories 10000]
      [--requests 400] [--seconds 4] [--rounds 2] [--against HEAD~1]
@@ -315,6 +316,10 @@ def main() -> None:
     parser.add_argument(
         "--against", metavar="REV", help="compare with this commit in alternating triples"
     )
+    parser.add_argument(
+        "--set", metavar="NAME=VALUE", action="append", default=[],
+        help="a setting for this checkout's server only (with --against: a setting's A/B)",
+    )  # fmt: skip
     args = parser.parse_args()
     up_port, proxy_port = free_port(), free_port()
     python = sys.executable
@@ -360,9 +365,10 @@ def main() -> None:
             base_env = {**proxy_env, "MEMPROXY_DATABASE_URL": database.replace("memproxy.db",
                                                                                "base.db"),
                         "PYTHONPATH": str(base)}  # fmt: skip
+            ours = dict(item.split("=", 1) for item in args.set)
             with (
                 server(upstream_cmd, up_port, {}),
-                server(proxy_cmd, proxy_port, proxy_env) as proxy_pid,
+                server(proxy_cmd, proxy_port, {**proxy_env, **ours}) as proxy_pid,
                 server(base_cmd, base_port, base_env, cwd=base) as base_pid,
             ):
                 asyncio.run(compare(args, up_port, (proxy_port, proxy_pid),

@@ -8,7 +8,8 @@ asking something new, go through it. Each sample is put in the first bucket whos
 on its stack (:data:`BUCKETS`, from the request's way in to the leaf); a thread waiting for work
 (the event loop in its poll, the SQLite thread and the embedder's pool on their queues) is idle
 and not counted; the event loop's samples no bucket takes are its rest (the HTTP server, the
-middleware, the relay upstream, SQLAlchemy's async glue). Prints, per bucket, its CPU per chat and its share.
+middleware, the relay upstream, SQLAlchemy's async glue). Prints, per bucket, its CPU per chat
+and its share.
 
 Run: .venv/bin/python bench/profile_recall.py [--memories 10000] [--requests 2000]
      [--rate 1000] [--upstream fastapi] [--keep FILE (the raw samples)]
