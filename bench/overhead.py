@@ -65,6 +65,18 @@ BODY = orjson.dumps(
 )
 
 
+def recall_env(up_port: int, database: str) -> dict[str, str]:
+    """memproxy's settings here: every chat recalls and injects (the worst case), alone."""
+    return {
+        "MEMPROXY_UPSTREAM_BASE_URL": f"http://127.0.0.1:{up_port}/v1",
+        "MEMPROXY_LOG_LEVEL": "WARNING",
+        "MEMPROXY_DATABASE_URL": database,
+        "MEMPROXY_EMBEDDING_CACHE_DIR": str(MODELS),
+        "MEMPROXY_RELEVANCE_THRESHOLD": "0",
+        "MEMPROXY_MANAGER_ENABLED": "false",  # recall alone: bench/manager_overhead.py
+    }
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -344,14 +356,7 @@ def main() -> None:
         database = f"sqlite+aiosqlite:///{folder}/memproxy.db"
         if args.memories:
             asyncio.run(seed(database, args.memories))
-        proxy_env = {
-            "MEMPROXY_UPSTREAM_BASE_URL": f"http://127.0.0.1:{up_port}/v1",
-            "MEMPROXY_LOG_LEVEL": "WARNING",
-            "MEMPROXY_DATABASE_URL": database,
-            "MEMPROXY_EMBEDDING_CACHE_DIR": str(MODELS),
-            "MEMPROXY_RELEVANCE_THRESHOLD": "0",
-            "MEMPROXY_MANAGER_ENABLED": "false",  # recall alone: bench/manager_overhead.py
-        }
+        proxy_env = recall_env(up_port, database)
         if args.against:
             base = Path(folder) / "base"
             base.mkdir()

@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.overhead import (  # noqa: E402
-    MODELS,
     UPSTREAMS,
     Connection,
     free_port,
+    recall_env,
     seed,
     server,
 )
@@ -125,14 +125,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         database = f"sqlite+aiosqlite:///{folder}/memproxy.db"
         asyncio.run(seed(database, args.memories))
-        env = {
-            "MEMPROXY_UPSTREAM_BASE_URL": f"http://127.0.0.1:{up_port}/v1",
-            "MEMPROXY_LOG_LEVEL": "WARNING",
-            "MEMPROXY_DATABASE_URL": database,
-            "MEMPROXY_EMBEDDING_CACHE_DIR": str(MODELS),
-            "MEMPROXY_RELEVANCE_THRESHOLD": "0",
-            "MEMPROXY_MANAGER_ENABLED": "false",
-        }
+        env = recall_env(up_port, database)
         samples = Path(folder) / "samples.txt"
         with (
             server(upstream, up_port, {}),
