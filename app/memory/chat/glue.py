@@ -14,8 +14,9 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
 - recall never fails a chat: an error or a wait beyond ``MEMPROXY_RECALL_TIMEOUT_SECONDS`` is
   logged as a warning and counted (``memproxy_recall_failures``), and the chat goes on without
   memories;
-- recall counters are updated after the request, off the hot path, for the memories found by the
-  search only: the profile's order (most recalled first) must not feed itself;
+- recall counters are updated once the exchange is over (whatever its outcome), off the way to
+  the first byte, for the memories found by the search only: the profile's order (most recalled
+  first) must not feed itself;
 - for a chat that may write memories, the exchange's new turns are queued for the Manager
   (durably, in the database, as an awaiting job) while the request is with the upstream, and
   the answer's first byte waits for that write before it reaches the client: a client that got
@@ -68,6 +69,9 @@ JOB: Note[asyncio.Future[str | None]] = Note("memory job")
 :class:`StorageUnavailable` when the database did not take it in time."""
 REFUSED: Note[bool] = Note("answered 503")
 """The chat was answered 503: its job was not written in time (a late write is kept)."""
+RECALLED: Note[list[int]] = Note("memories recalled")
+"""The keys of the memories a chat was shown (the profile's aside), counted as recalled once the
+exchange is over, whatever its outcome."""
 FIRST_PAUSE_SECONDS = 0.05
 """The pause before a failed job write's second try; doubled each time up to
 :data:`MAX_PAUSE_SECONDS`, with jitter (replicas whose writes failed together retry apart)."""
@@ -145,10 +149,8 @@ class ChatMemory:
         if shown or _has_block(ctx):
             body = insert_memory_block(ctx.body, memory_block(found, recalled.profile))
         if found:  # the profile's lines are not recalls (module docstring)
-            self._runner.spawn(
-                self._service.mark_recalled(ctx.user_id, [h.key for h in found]),
-                name=f"mark-recalled-{ctx.request_id}",
-            )
+            # counted once the exchange is over: the write is off the way to the first byte
+            ctx.note(RECALLED, [h.key for h in found])
         if shown and logger.isEnabledFor(logging.DEBUG):  # memory texts: never at INFO
             logger.debug(
                 "injected for %s: %s",
@@ -189,6 +191,9 @@ class ChatMemory:
         return await self._recall_as_set(ctx.user_id, query, judge=judge)
 
     async def after_response(self, ctx: RequestContext, completion: Completion) -> None:
+        if recalled := ctx.noted(RECALLED):
+            self._runner.spawn(self._service.mark_recalled(ctx.user_id, recalled),
+                               name=f"mark-recalled-{ctx.request_id}")  # fmt: skip
         pending = ctx.noted(JOB)
         if pending is None or self._queue is None:
             return

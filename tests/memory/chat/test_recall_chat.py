@@ -238,10 +238,22 @@ async def test_streaming_chat_gets_memories_and_headers(
 
 
 async def test_recall_counters_update_after_the_request(
-    client: httpx.AsyncClient, route: respx.Route
+    client: httpx.AsyncClient, upstream: respx.Router
 ) -> None:
+    """Once the exchange is over: not while the upstream answers (the write kept off the way to
+    the first byte)."""
     (memory,) = await remember(client, "My daughter Mia plays the violin")
+    while_answering: list[int] = []
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.2)  # what was begun before forwarding has had time to commit
+        got = await client.get(f"/v1/memories/{memory['id']}", headers=ANN)
+        while_answering.append(got.json()["recall_count"])
+        return httpx.Response(200, json=completion_json())
+
+    upstream.post("/chat/completions").mock(side_effect=answer)
     await chat(client, [{"role": "user", "content": "Mia violin practice tips"}])
+    assert while_answering == [0]
     for _ in range(100):
         got = (await client.get(f"/v1/memories/{memory['id']}", headers=ANN)).json()
         if got["recall_count"]:
