@@ -124,6 +124,8 @@ class Connection:
         self.sent = 0
         self.request = self._request(BODY)
         self.head = b""
+        self.timings: dict[str, list[float]] = {}
+        """Each response's Server-Timing, by metric (ms): recall and its phases."""
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -150,6 +152,11 @@ class Connection:
             raise RuntimeError(head.split(b"\r\n")[0].decode())
         if b"transfer-encoding: chunked" not in head.lower():
             raise RuntimeError("expected a chunked streaming response")
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"server-timing:"):
+                for metric in line.split(b":", 1)[1].decode().split(","):
+                    name, _, ms = metric.strip().partition(";dur=")
+                    self.timings.setdefault(name, []).append(float(ms))
         first = 0.0
         while True:
             size = int((await self.reader.readline()).strip(), 16)
@@ -163,6 +170,13 @@ class Connection:
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def phases(conn: Connection, label: str) -> None:
+    """The p50 of each Server-Timing metric the connection's responses carried."""
+    if conn.timings:
+        shown = ", ".join(f"{name} {pct(ms, 0.5):.2f}" for name, ms in conn.timings.items())
+        print(f"  {label}: Server-Timing p50 (ms): {shown}")
 
 
 async def ttfb(direct: Connection, proxied: Connection, n: int) -> tuple[list[float], list[float]]:
@@ -229,6 +243,7 @@ async def run(args: argparse.Namespace, up_port: int, proxy_port: int, proxy_pid
     added50, added99 = (pct(p, 0.5) - pct(d, 0.5)) * ms, (pct(p, 0.99) - pct(d, 0.99)) * ms
     target = "p50 <= 8 ms with recall" if args.memories else "p50 <= 2 ms"
     print(f"  {'added':8} {added50:7.2f} {added99:7.2f}   (target: {target})")
+    phases(proxied, "proxied")
     print(
         f"throughput at concurrency {args.concurrency}, "
         f"{args.rounds} x {args.seconds:g} s per path (requests/s)"
@@ -289,6 +304,8 @@ async def compare(
         added[name] = ((p50 - d50) * ms, (p99 - d99) * ms)
         print(f"  {label:18} {p50 * ms:7.2f} {p99 * ms:7.2f} {added[name][0]:10.2f} "
               f"{added[name][1]:10.2f} {cpu[name] / args.requests * ms:8.2f}")  # fmt: skip
+    phases(theirs, f"base {args.against}")
+    phases(ours, "this checkout")
     print(
         f"  this / base: added p50 x{added['this'][0] / added['base'][0]:.2f}, "
         f"added p99 x{added['this'][1] / added['base'][1]:.2f}, "

@@ -10,7 +10,8 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
   ``MEMPROXY_RELEVANCE_THRESHOLD`` (with ``MEMPROXY_RECALL_JUDGE``, first those the model picks
   of the best, :mod:`app.memory.chat.judge`); a memory block the client sent back is replaced;
 - the response says what recall did: ``X-Memories-Injected: N`` (both kinds) and
-  ``Server-Timing: recall;dur=<ms>`` (``X-Memory-Recall: failed`` when it failed);
+  ``Server-Timing: recall;dur=<ms>``, then each of its phases (``recall-index;dur=<ms>``...,
+  :mod:`app.memory.search.timing`; ``X-Memory-Recall: failed`` when it failed);
 - recall never fails a chat: an error or a wait beyond ``MEMPROXY_RECALL_TIMEOUT_SECONDS`` is
   logged as a warning and counted (``memproxy_recall_failures``), and the chat goes on without
   memories;
@@ -55,6 +56,7 @@ from app.memory.learning.jobs import JobQueue
 from app.memory.learning.turns import Turns, fingerprints_of, turns_of
 from app.memory.learning.worker import Worker
 from app.memory.search.ranking import Recalled
+from app.memory.search.timing import server_timing
 from app.memory.service import MemoryService
 from app.metrics import Metrics
 from app.proxy.hooks import Completion, Note, Outcome, Preparation, RequestContext
@@ -141,7 +143,7 @@ class ChatMemory:
         self._metrics.memories_injected.observe(shown)
         headers = {
             INJECTED_HEADER: str(shown),
-            "Server-Timing": f"recall;dur={elapsed * 1000:.2f}",
+            "Server-Timing": server_timing(elapsed * 1000, recalled.timing),
         }
         if failed:
             headers["X-Memory-Recall"] = "failed"

@@ -86,3 +86,21 @@ class VectorIndex:
         cosines = self._index.reconstruct_batch(parts_ids(keys, counts)) @ vector.reshape(-1)
         best: np.ndarray = np.maximum.reduceat(cosines, np.cumsum(counts) - counts)
         return best.astype(np.float32)
+
+
+class Cosines:
+    """Dense scores of candidates: from the search, or computed for those it did not return."""
+
+    def __init__(
+        self, index: VectorIndex, vector: np.ndarray, dense: tuple[np.ndarray, np.ndarray]
+    ) -> None:
+        self._index = index
+        self._vector = vector
+        self._known = dict(zip(dense[0].tolist(), dense[1].tolist(), strict=True))
+
+    def of(self, keys: np.ndarray) -> np.ndarray:
+        missing = np.array([k for k in keys.tolist() if k not in self._known], dtype=np.int64)
+        if len(missing):
+            extra = self._index.similarity(self._vector, missing)
+            self._known.update(zip(missing.tolist(), extra.tolist(), strict=True))
+        return np.array([self._known[k] for k in keys.tolist()], dtype=np.float32)

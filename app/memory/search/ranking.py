@@ -34,16 +34,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import numpy as np
 
 from app.memory.search.cache import IndexCache, UserIndex
+from app.memory.search.dense import Cosines
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.lexical import Scores
 from app.memory.search.profile import Standing, standing
 from app.memory.search.selection import choose
+from app.memory.search.timing import Laps
 from app.memory.search.when import TIME_BONUS, asked_times, in_time
 from app.memory.search.windows import Window, utc_day
 
@@ -99,6 +101,8 @@ class Recalled:
     relevant: int = 0
     """How many memories the search found relevant, not in the profile nor linked to it, before
     the choice: when it keeps none of them, the budget (or the limit) left them all out."""
+    timing: dict[str, float] = field(default_factory=dict)
+    """Milliseconds by phase (:mod:`app.memory.search.timing`)."""
 
 
 class Searcher:
@@ -179,12 +183,14 @@ class Searcher:
         """`held_only`: BM25's ceiling over the query words the memories hold only (the
         Manager's search, whose query is a whole exchange and whose order its measurements
         were made with), not over every word (:mod:`app.memory.search.lexical`)."""
+        laps = Laps()
         try:
             entry = await self._cache.get(user_id)
         except BaseException:
             if embedding is not None:
                 embedding.cancel()
             raise
+        laps.lap("index")
         if embedding is None or not len(entry):
             if embedding is not None:
                 embedding.cancel()
@@ -195,12 +201,15 @@ class Searcher:
             shown = {s.key for s in profile}
             terms = entry.lexical.analyzer.query_terms(query)
             by_query = entry.lexical.score_terms(terms, held_only=held_only)
+            laps.lap("lexical")
             vector = await embedding
+            laps.lap("embedding")
             wanted = max(self._candidates, limit * 4 if types else limit)
             if entry.vectors.vectors > OFFLOAD_ABOVE:
                 dense = await asyncio.to_thread(entry.vectors.search, vector, wanted)
             else:
                 dense = entry.vectors.search(vector, wanted)
+            laps.lap("dense")
             when = asked_times(query, utc_day(now or datetime.now(UTC)))
             hits = self._rank(entry, terms, by_query, vector, dense, wanted, when)
             ranked = [h for h in hits if h.key not in shown]
@@ -211,18 +220,23 @@ class Searcher:
             # what the profile hides is not "relevant but left out": the budget warning's count
             hidden = {k for key in shown for k in entry.links.get(key, ())}
             relevant = sum(1 for h in chosen if h.key not in hidden)
+            laps.lap("rank")
             if shares is None:
-                return Recalled(profile, chosen[:limit], relevant)
+                return Recalled(profile, chosen[:limit], relevant, laps.ms)
             if judge is None:
-                return Recalled(profile, self._choose(entry, chosen, limit, shares, shown),
-                                relevant)  # fmt: skip
+                found = self._choose(entry, chosen, limit, shares, shown)
+                laps.lap("choice")
+                return Recalled(profile, found, relevant, laps.ms)
         judged = ranked[:JUDGED]
         picked = await judge(query, judged)  # a model's answer: never under the lock
         if picked is not None and picked:  # those it passed over of what it saw go
             seen = {h.key for h in judged}
             chosen = [*picked, *(h for h in chosen if h.key not in seen)]
+        laps.lap("judge")
         async with entry.lock:
-            return Recalled(profile, self._choose(entry, chosen, limit, shares, shown), relevant)
+            found = self._choose(entry, chosen, limit, shares, shown)
+        laps.lap("choice")
+        return Recalled(profile, found, relevant, laps.ms)
 
     @staticmethod
     def _choose(
@@ -252,7 +266,7 @@ class Searcher:
         (:func:`app.memory.search.when.times`); none: scores are the fused score alone."""
         lexical = entry.lexical
         candidates = np.union1d(dense[0], by_query.top(wanted))
-        cosine = _Cosines(entry, vector, dense)
+        cosine = Cosines(entry.vectors, vector, dense)
         w = self._weight
 
         # first pass: which memories the feedback terms come from
@@ -281,21 +295,3 @@ class Searcher:
                             brief.content, brief.created_at, brief.observed_at,
                             brief.type))  # fmt: skip
         return hits
-
-
-class _Cosines:
-    """Dense scores of candidates: from the search, or computed for those it did not return."""
-
-    def __init__(
-        self, entry: UserIndex, vector: np.ndarray, dense: tuple[np.ndarray, np.ndarray]
-    ) -> None:
-        self._entry = entry
-        self._vector = vector
-        self._known = dict(zip(dense[0].tolist(), dense[1].tolist(), strict=True))
-
-    def of(self, keys: np.ndarray) -> np.ndarray:
-        missing = np.array([k for k in keys.tolist() if k not in self._known], dtype=np.int64)
-        if len(missing):
-            extra = self._entry.vectors.similarity(self._vector, missing)
-            self._known.update(zip(missing.tolist(), extra.tolist(), strict=True))
-        return np.array([self._known[k] for k in keys.tolist()], dtype=np.float32)

@@ -79,7 +79,11 @@ async def test_relevant_memories_go_into_the_system_message(
     ])  # fmt: skip
     assert response.status_code == 200 and response.json() == completion_json()
     assert response.headers["x-memories-injected"] == "1"
-    assert response.headers["server-timing"].startswith("recall;dur=")
+    timing = dict(m.split(";dur=") for m in response.headers["server-timing"].split(", "))
+    assert list(timing) == ["recall", "recall-index", "recall-lexical", "recall-embedding",
+                            "recall-dense", "recall-rank", "recall-choice"]  # fmt: skip
+    phases = sum(float(v) for k, v in timing.items() if k != "recall")
+    assert 0 < phases <= float(timing["recall"]) + 0.01  # each phase a part of the whole
     system, user = sent_messages(route)
     assert system["content"] == (
         f"You are helpful.\n\n{BLOCK_START}\n{HEADER}\n- [{TODAY}] My daughter Mia plays the violin\n{BLOCK_END}"
