@@ -28,10 +28,14 @@ class BackgroundRunner:
             logger.error("background task %s failed", task.get_name(), exc_info=task.exception())
 
     async def drain(self, grace_seconds: float) -> None:
-        """Wait up to `grace_seconds` for running tasks, then cancel what is left."""
-        if not self._tasks:
-            return
-        _, still_running = await asyncio.wait(set(self._tasks), timeout=grace_seconds)
+        """Wait up to `grace_seconds` for running tasks, those they spawn meanwhile included
+        (a response's after-work spawns the recall counters' write), then cancel what is
+        left."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_seconds
+        while self._tasks and loop.time() < deadline:
+            await asyncio.wait(set(self._tasks), timeout=deadline - loop.time())
+        still_running = set(self._tasks)
         for task in still_running:
             task.cancel()
         if still_running:

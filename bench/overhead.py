@@ -155,8 +155,9 @@ class Connection:
         for line in head.split(b"\r\n"):
             if line.lower().startswith(b"server-timing:"):
                 for metric in line.split(b":", 1)[1].decode().split(","):
-                    name, _, ms = metric.strip().partition(";dur=")
-                    self.timings.setdefault(name, []).append(float(ms))
+                    name, found, ms = metric.strip().partition(";dur=")
+                    if found:
+                        self.timings.setdefault(name, []).append(float(ms))
         first = 0.0
         while True:
             size = int((await self.reader.readline()).strip(), 16)
@@ -183,6 +184,7 @@ async def ttfb(direct: Connection, proxied: Connection, n: int) -> tuple[list[fl
     for _ in range(50):  # warm-up: connections, caches, JIT-less but lazy imports
         await direct.send()
         await proxied.send()
+    proxied.timings.clear()
     d, p = [], []
     for _ in range(n):
         d.append((await direct.send())[0])
@@ -282,16 +284,19 @@ async def compare(
     for _ in range(50):  # warm-up
         for conn in (direct, ours, theirs):
             await conn.send()
+    ours.timings.clear()
+    theirs.timings.clear()
     times: dict[str, list[float]] = {"direct": [], "this": [], "base": []}
-    cpu = {"this": 0.0, "base": 0.0}
     pids = {"this": this[1], "base": base[1]}
     conns = {"direct": direct, "this": ours, "base": theirs}
+    # Each server's CPU over the whole run: what it does after a response's last byte (its
+    # after-work) is counted too, whichever server the client is talking to meanwhile.
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     for i in range(args.requests):
         for name in ("direct", "this", "base") if i % 2 else ("direct", "base", "this"):
-            before = cpu_seconds(pids[name]) if name in pids else 0.0
             times[name].append((await conns[name].send())[0])
-            if name in pids:
-                cpu[name] += cpu_seconds(pids[name]) - before
+    await asyncio.sleep(0.5)  # the last after-work done
+    cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     ms = 1000
     d50, d99 = pct(times["direct"], 0.5), pct(times["direct"], 0.99)
     what = f"recall over {args.memories:,} memories" if args.memories else "X-Memory: off"
@@ -350,6 +355,10 @@ def main() -> None:
         help="a setting for this checkout's server only (with --against: a setting's A/B)",
     )  # fmt: skip
     args = parser.parse_args()
+    if args.set and not args.against:
+        parser.error("--set gives this checkout a setting the other does not get: with --against")
+    if any("=" not in item for item in args.set):
+        parser.error("--set takes NAME=VALUE")
     up_port, proxy_port = free_port(), free_port()
     python = sys.executable
     upstream_cmd = [

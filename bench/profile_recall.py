@@ -45,11 +45,12 @@ from bench.overhead import (  # noqa: E402
 BUCKETS: list[tuple[str, tuple[str, ...]]] = [
     ("query embedding (ONNX, the embedder's thread)", ("Embedder.encode",)),
     ("database (the SQLite thread: version check, marks)", ("_connection_worker_thread",)),
-    ("recall marks (after the answer; event loop)", ("RecallMarks.",)),
+    ("recall marks (the event loop)", ("RecallMarks.",)),
     ("index check (the version query, on the loop)", ("IndexCache.get",)),
     ("BM25 (query terms, scores, feedback terms)",
      ("LexicalIndex.", "Scores.", "Analyzer.query_terms")),
-    ("dense (FAISS search, cosines of BM25's candidates)", ("VectorIndex.", "_Cosines.")),
+    ("dense (FAISS search, cosines of BM25's candidates)",
+     ("VectorIndex.", "Cosines.", "_Cosines.")),
     ("fusion and ranking (the rest of _rank)", ("Searcher._rank",)),
     ("choice within the budgets (selection)", ("Searcher._choose", "choose")),
     ("the rest of recall (profile, time words)", ("Searcher._find", "ChatMemory._recall")),
@@ -59,17 +60,27 @@ BUCKETS: list[tuple[str, tuple[str, ...]]] = [
 """(bucket, function name prefixes): the first bucket with a frame on the stack takes it."""
 OTHER = "other threads"
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<file>.*?):(?P<line>\d+)\)$")
-_WAITS = ("run_until_complete", ".get(", "wait(", "select(", "poll(")
-"""A leaf frame's source line that shows its thread waiting for work (idle)."""
+_WAITS = {
+    ("Runner.run", "asyncio/runners.py"): "run_until_complete",
+    ("_connection_worker_thread", "aiosqlite/core.py"): ".get(",
+    ("_worker", "concurrent/futures/thread.py"): ".get(",
+    ("Condition.wait", "threading.py"): "wait(",
+    ("Event.wait", "threading.py"): "wait(",
+    ("BaseSelector.select", "selectors.py"): "select(",
+    ("EpollSelector.select", "selectors.py"): "poll(",
+}
+"""Where a thread waits for work (idle), by its leaf frame's function and file, with what its
+source line says while waiting there (py-spy counts these waits as busy: they are in C)."""
 
 
 def bucket_of(frames: list[str]) -> str | None:
     """The sample's bucket, or None when its thread is idle."""
     leaf = _FRAME.match(frames[-1])
     if leaf is not None:
-        line = linecache.getline(leaf["file"], int(leaf["line"]))
-        if any(w in line for w in _WAITS):
-            return None
+        for (name, file), waiting in _WAITS.items():
+            if (leaf["name"] == name and leaf["file"].endswith(file)
+                    and waiting in linecache.getline(leaf["file"], int(leaf["line"]))):  # fmt: skip
+                return None
     names = [m["name"] if (m := _FRAME.match(f)) else f for f in frames[1:]]
     for bucket, prefixes in BUCKETS[:-1]:
         if any(n.startswith(prefixes) for n in names):

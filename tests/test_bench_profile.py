@@ -12,17 +12,19 @@ from bench.profile_recall import BUCKETS, OTHER, bucket_of, summarise
 
 @pytest.fixture
 def source(tmp_path: Path) -> Path:
-    path = tmp_path / "code.py"
-    path.write_text("def f():\n    item = queue.get()\n    return compute(item)\n")
+    """A worker thread's code (as concurrent/futures/thread.py): line 2 waits, line 3 works."""
+    path = tmp_path / "concurrent" / "futures" / "thread.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("def _worker():\n    item = queue.get()\n    return compute(item)\n")
     return path
 
 
 def test_a_thread_waiting_for_work_is_idle_and_work_goes_to_its_part(source: Path) -> None:
     loop = "thread (1): MainThread"
-    waiting = [loop, "Runner.run (runners.py:118)", f"f ({source}:2)"]
-    assert bucket_of(waiting) is None
+    assert bucket_of(["thread (2): pool", f"_worker ({source}:2)"]) is None
+    assert bucket_of(["thread (2): pool", f"f ({source}:2)"]) == OTHER  # a .get( that works
     recall = [loop, "ChatMemory._recall (glue.py:10)", "Searcher._find (ranking.py:20)",
-              "Searcher._rank (ranking.py:30)", "_Cosines.of (ranking.py:40)",
+              "Searcher._rank (ranking.py:30)", "Cosines.of (dense.py:100)",
               f"f ({source}:3)"]  # fmt: skip
     assert bucket_of(recall) == "dense (FAISS search, cosines of BM25's candidates)"
     assert bucket_of([*recall[:4], f"f ({source}:3)"]) == "fusion and ranking (the rest of _rank)"
@@ -36,7 +38,7 @@ def test_a_thread_waiting_for_work_is_idle_and_work_goes_to_its_part(source: Pat
 
 def test_the_summary_is_cpu_per_chat(source: Path, capsys: pytest.CaptureFixture[str]) -> None:
     busy = f"thread (3): X;Embedder.encode (embedder.py:126);f ({source}:3)"
-    idle = f"thread (4): Y;f ({source}:2)"
+    idle = f"thread (4): Y;_worker ({source}:2)"
     summarise(f"{busy} 300\n{idle} 5000\n", requests=100, rate=1000)
     out = capsys.readouterr().out
     assert "query embedding (ONNX, the embedder's thread)" in out and "3.00 100.0%" in out

@@ -195,7 +195,8 @@ class Searcher:
             if embedding is not None:
                 embedding.cancel()
             async with entry.lock:
-                return Recalled(standing(entry, shares.profile_tokens if shares else 0), [])
+                profile = standing(entry, shares.profile_tokens if shares else 0)
+                return Recalled(profile, [], timing=laps.ms)
         async with entry.lock:
             profile = standing(entry, shares.profile_tokens if shares else 0)
             shown = {s.key for s in profile}

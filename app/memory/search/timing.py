@@ -3,9 +3,11 @@ operator (or ``bench/overhead.py``) reads to see which part of recall a slow cha
 
 The phases of :meth:`app.memory.search.ranking.Searcher.recall`, in order, each the wall time
 since the one before: ``index`` (the version check, and a catch-up or build when another
-process wrote), ``lexical`` (BM25), ``embedding`` (what was left to wait for the query's vector,
-begun with the version check), ``dense`` (the vector scan), ``rank`` (fusion, feedback, time
-words), ``judge`` (the relevance judge, when on), ``choice`` (the budgets)."""
+process wrote), ``lexical`` (the index's lock, the profile, BM25), ``embedding`` (what was left
+to wait for the query's vector, begun with the version check), ``dense`` (the vector scan),
+``rank`` (fusion, feedback, time words), ``judge`` (the relevance judge, when on), ``choice``
+(the budgets, and the lock again after a judge). A recall with no question, or over no memory,
+names ``index`` alone."""
 
 from __future__ import annotations
 

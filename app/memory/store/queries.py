@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
 
-from sqlalchemy import Row, Select, bindparam, func, literal, select, union_all
+from sqlalchemy import Row, Select, func, literal, select, union_all
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
@@ -28,9 +28,7 @@ from app.memory.store.tables import (
     MemoryType,
     UserState,
 )
-
-_VERSION = select(UserState.version).where(UserState.user_id == bindparam("user_id"))
-"""The version check of every recall, built once (building it cost ~0.1 ms a chat)."""
+from app.memory.store.versions import read_version
 
 IndexColumns: TypeAlias = (
     "Row[int, str, str, datetime, bytes | None, str | None, bool, bool, datetime, int, str | None]"
@@ -101,9 +99,7 @@ class MemoryQueries:
 
     async def version(self, user_id: str) -> int:
         """The user's change sequence: 0 before any write, then bumped by every write."""
-        async with self._engine.connect() as connection:  # on every recall: no ORM session
-            value = await connection.scalar(_VERSION, {"user_id": user_id})
-            return int(value or 0)
+        return await read_version(self._engine, user_id)  # on every recall: the driver's way
 
     async def snapshot(self, user_id: str, *, since: int = -1) -> Snapshot:
         """What an index of the user needs: the version, then the rows written after `since`

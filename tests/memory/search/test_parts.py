@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.memory.search.dense import VectorIndex
 from app.memory.search.parts import (
     CONTEXT_MARK,
     MAX_PARTS,
+    PART_BITS,
     embed_memories,
+    key_of,
+    parts_ids,
     parts_of,
     plain_key,
     with_context,
@@ -52,3 +56,25 @@ async def test_each_different_part_is_embedded_once_shortest_first() -> None:
     assert np.allclose(vectors[1][0], embedder.vector("Found it powerful."))
     assert np.allclose(vectors[0][1], embedder.vector(context))
     assert np.allclose(vectors[2][0], vectors[0][0])
+
+
+def test_the_ids_of_parts_are_each_keys_in_turn() -> None:
+    keys = np.array([9, 2, 1 << 40, 5], dtype=np.int64)
+    parts = np.array([3, 1, 2, 0])
+    expected = [(k << PART_BITS) + p
+                for k, n in zip(keys.tolist(), parts.tolist(), strict=True) for p in range(n)]  # fmt: skip
+    assert parts_ids(keys, parts).tolist() == expected
+    assert parts_ids(keys, parts).dtype == np.int64
+    assert key_of(parts_ids(keys, parts)).tolist() == [9, 9, 9, 2, 1 << 40, 1 << 40]
+
+
+def test_a_vector_index_adds_removes_and_scores_by_the_best_part() -> None:
+    index = VectorIndex(4)
+    eye = np.eye(4, dtype=np.float32)
+    index.add([7, 3], [eye[[0, 1]], eye[[2]]])
+    assert len(index) == 2 and index.vectors == 3
+    assert index.similarity(eye[1], np.array([3, 7])).tolist() == [0.0, 1.0]
+    index.remove([7])
+    assert len(index) == 1 and index.vectors == 1
+    keys, scores = index.search(eye[2], 5)
+    assert keys.tolist() == [3] and scores.tolist() == [1.0]

@@ -1,0 +1,41 @@
+"""The user's version, read on every recall (:meth:`app.memory.search.cache.IndexCache.get`):
+what tells a process whether its index of the user is current, so that nothing stale is served.
+
+The read is one statement, so it is run by the database driver itself on a pooled connection:
+through SQLAlchemy's async adaptation it took five hand-offs between the event loop and the
+driver (a cursor, the statement, the fetch, the cursor's close, the rollback ending the read),
+half of recall's time on a loaded 2-core machine (docs/performance.md); by aiosqlite's
+``execute_fetchall`` or asyncpg's ``fetchval`` it is one, and the pool's reset of the
+connection another. Outside a transaction, each read sees what was committed before it began:
+never an older version. Another driver takes SQLAlchemy's way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import bindparam, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.memory.store.tables import UserState
+
+_VERSION = select(UserState.version).where(UserState.user_id == bindparam("user_id"))
+_SQL = {
+    "aiosqlite": f"SELECT version FROM {UserState.__tablename__} WHERE user_id = ?",
+    "asyncpg": f"SELECT version FROM {UserState.__tablename__} WHERE user_id = $1",
+}
+
+
+async def read_version(engine: AsyncEngine, user_id: str) -> int:
+    """The user's change sequence: 0 before any write, then bumped by every write."""
+    sql = _SQL.get(engine.dialect.driver)
+    async with engine.connect() as connection:
+        if sql is None:
+            value = await connection.scalar(_VERSION, {"user_id": user_id})
+            return int(value or 0)
+        raw = await connection.get_raw_connection()
+        driver: Any = raw.driver_connection
+        if engine.dialect.driver == "aiosqlite":
+            rows = await driver.execute_fetchall(sql, (user_id,))
+            return int(rows[0][0]) if rows else 0
+        return int(await driver.fetchval(sql, user_id) or 0)
