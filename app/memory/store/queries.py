@@ -26,9 +26,8 @@ from app.memory.store.tables import (
     Memory,
     MemoryEvent,
     MemoryType,
-    UserState,
 )
-from app.memory.store.versions import read_version
+from app.memory.store.versions import VERSION, read_version
 
 IndexColumns: TypeAlias = (
     "Row[int, str, str, datetime, bytes | None, str | None, bool, bool, datetime, int, str | None]"
@@ -284,7 +283,7 @@ def _index_row(row: IndexColumns) -> IndexRow:
 
 async def version_of(session: AsyncSession, user_id: str) -> int:
     """The user's change sequence (0 before any write)."""
-    value = await session.scalar(select(UserState.version).where(UserState.user_id == user_id))
+    value = await session.scalar(VERSION, {"user_id": user_id})
     return int(value or 0)
 
 

@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.store.tables import UserState
 
-_VERSION = select(UserState.version).where(UserState.user_id == bindparam("user_id"))
+VERSION = select(UserState.version).where(UserState.user_id == bindparam("user_id"))
+"""The version's read, built once: SQLAlchemy's way (a unit of work reads it in its session)."""
 _SQL = {
     "aiosqlite": f"SELECT version FROM {UserState.__tablename__} WHERE user_id = ?",
     "asyncpg": f"SELECT version FROM {UserState.__tablename__} WHERE user_id = $1",
@@ -31,7 +32,7 @@ async def read_version(engine: AsyncEngine, user_id: str) -> int:
     sql = _SQL.get(engine.dialect.driver)
     async with engine.connect() as connection:
         if sql is None:
-            value = await connection.scalar(_VERSION, {"user_id": user_id})
+            value = await connection.scalar(VERSION, {"user_id": user_id})
             return int(value or 0)
         raw = await connection.get_raw_connection()
         driver: Any = raw.driver_connection
