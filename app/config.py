@@ -160,6 +160,10 @@ class Settings(ManagerSettings):
     """Longest the relevance judge may take; past it the search's order stands."""
     index_cache_max_memories: int = Field(default=300_000, ge=1)
     """Memories kept in the in-process search indexes (least recently used users evicted)."""
+    index_image_min_memories: int = Field(default=10_000, ge=0)
+    """Users with at least this many memories get an index image in the database (their search
+    index, ~1 KB a memory and part): a restart or another replica loads it and catches up
+    instead of reading and analysing every memory. 0: no images."""
     memory_max_chars: int = Field(default=4000, ge=1)
     """Longest memory content accepted by the API."""
 

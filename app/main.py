@@ -107,6 +107,7 @@ def create_app(
             text_embedder,
             dense_weight=settings.dense_weight,
             cache_max_memories=settings.index_cache_max_memories,
+            image_min_memories=settings.index_image_min_memories,
         )
         queue = JobQueue(
             store.sessions,
@@ -158,6 +159,7 @@ def create_app(
             await runner.drain(BACKGROUND_DRAIN_SECONDS)
             if worker is not None:
                 await worker.stop()
+            await memory.cache.close()
             await manager_http.aclose()
             await client.aclose()
             await engine.dispose()

@@ -86,8 +86,7 @@ async def _rebuild(c: Command) -> int:
     total = sum(n for _, n in users)
     with progress(c, "indexing", total) as advance:
         for user_id, count in users:
-            memory.cache.forget(user_id)
-            entry = await memory.cache.get(user_id)  # re-embeds what has no vector of this model
+            entry = await memory.cache.rebuild(user_id)  # embeds what has no vector of this model
             advance(count)
             memory.cache.forget(user_id)
             if len(entry) != count:

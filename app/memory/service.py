@@ -51,10 +51,16 @@ class MemoryService:
         *,
         dense_weight: float = 0.5,
         cache_max_memories: int = 300_000,
+        image_min_memories: int = 0,
     ) -> None:
         self.store = store
         self.embedder = embedder
-        self.cache = IndexCache(store, embedder, max_memories=cache_max_memories)
+        self.cache = IndexCache(
+            store,
+            embedder,
+            max_memories=cache_max_memories,
+            image_min_memories=image_min_memories,
+        )
         self.searcher = Searcher(self.cache, embedder, dense_weight=dense_weight)
         self._budget_warned = False
 

@@ -28,9 +28,9 @@ from pydantic_ai.messages import ModelMessage
 
 from app.memory.learning.own_words import own_words
 from app.memory.learning.turns import role_of, text_of
-from app.memory.search.cache import UserIndex
 from app.memory.search.lexical import STOP_WORDS
 from app.memory.search.parts import Embedded, index_key
+from app.memory.search.user_index import UserIndex
 from app.memory.store.tables import Memory, MemorySource, MemoryType
 from app.memory.store.unit import Writer
 

@@ -13,7 +13,7 @@ memory. Exhaustive search is fast enough at the sizes one user has.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import faiss
 import numpy as np
@@ -86,6 +86,24 @@ class VectorIndex:
         cosines = self._index.reconstruct_batch(parts_ids(keys, counts)) @ vector.reshape(-1)
         best: np.ndarray = np.maximum.reduceat(cosines, np.cumsum(counts) - counts)
         return best.astype(np.float32)
+
+    def export(self) -> dict[str, np.ndarray]:
+        """The index as arrays, for :meth:`restore` (FAISS's own serialisation of its vectors)."""
+        keys = np.fromiter(self._parts.keys(), np.int64, len(self._parts))
+        parts = np.fromiter(self._parts.values(), np.int64, len(self._parts))
+        return {"faiss": faiss.serialize_index(self._index), "keys": keys, "parts": parts}
+
+    @classmethod
+    def restore(cls, dim: int, arrays: Mapping[str, np.ndarray]) -> VectorIndex:
+        index = cls(dim)
+        restored = faiss.deserialize_index(np.ascontiguousarray(arrays["faiss"]))
+        if not isinstance(restored, faiss.IndexIDMap2) or restored.d != dim:
+            raise ValueError("not an index of this dimension")
+        index._index = restored
+        index._parts = dict(zip(arrays["keys"].tolist(), arrays["parts"].tolist(), strict=True))
+        if sum(index._parts.values()) != restored.ntotal:
+            raise ValueError("the parts do not match the vectors")
+        return index
 
 
 class Cosines:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from itertools import chain
 
 import numpy as np
 import Stemmer  # type: ignore[import-not-found]
@@ -82,59 +83,90 @@ class LexicalIndex:
     accumulate in one dense array, with no sorting: ~1 ms at 100k documents. Postings are kept
     per term as dicts (cheap to change) and turned into arrays the first time a query needs them
     (cheap to score); a change to a term drops its arrays.
+
+    An index restored from an image (:meth:`restore`, :mod:`app.memory.search.image`) holds its
+    postings and its documents' terms as arrays only: a term's dict, or a document's tuple of
+    terms, is made the first time a change needs it, so a restore costs no work per document.
     """
 
     def __init__(self, analyzer: Analyzer) -> None:
         self.analyzer = analyzer
-        self._docs: dict[int, tuple[tuple[str, ...], int]] = {}
-        """key -> (its distinct terms, its slot)."""
+        self._slots: dict[int, int] = {}
+        """key -> its slot."""
+        self._terms: dict[int, tuple[str, ...]] = {}
+        """slot -> its document's distinct terms (for a restored slot: once changed)."""
+        self._base: _BaseTerms | None = None
+        """The restored documents' terms, by slot, until :attr:`_terms` holds the slot's."""
         self._keys = np.full(64, -1, dtype=np.int64)
         """slot -> key (-1: free)."""
         self._lengths = np.zeros(64, dtype=np.float64)
         """slot -> length in terms."""
         self._free: list[int] = []
         self._postings: dict[str, dict[int, int]] = {}
-        """term -> {slot: term frequency}."""
+        """term -> {slot: term frequency}: what a term's postings are, when it has a dict."""
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        """term -> (slots, frequencies): a dict's arrays, or a restored term's postings."""
         self._total_length = 0
 
     def __len__(self) -> int:
-        return len(self._docs)
+        return len(self._slots)
 
     def add(self, key: int, text: str) -> None:
         """Index `text` under `key`, replacing what the key held."""
-        if key in self._docs:
+        if key in self._slots:
             self.remove(key)
         terms = Counter(self.analyzer.terms(text))
         length = sum(terms.values())
-        slot = self._free.pop() if self._free else len(self._docs)
+        slot = self._free.pop() if self._free else len(self._slots)
         if slot >= len(self._keys):
             grow = len(self._keys)
             self._keys = np.concatenate([self._keys, np.full(grow, -1, dtype=np.int64)])
             self._lengths = np.concatenate([self._lengths, np.zeros(grow)])
         self._keys[slot] = key
         self._lengths[slot] = length
-        self._docs[key] = (tuple(terms), slot)
+        self._slots[key] = slot
+        self._terms[slot] = tuple(terms)
         self._total_length += length
         for term, count in terms.items():
-            self._postings.setdefault(term, {})[slot] = count
-            self._arrays.pop(term, None)
+            self._changing(term)[slot] = count
 
     def remove(self, key: int) -> None:
-        entry = self._docs.pop(key, None)
-        if entry is None:
+        slot = self._slots.pop(key, None)
+        if slot is None:
             return
-        terms, slot = entry
+        terms = self._terms_of(slot)
+        self._terms.pop(slot, None)
         self._total_length -= int(self._lengths[slot])
         self._keys[slot] = -1
         self._lengths[slot] = 0
         self._free.append(slot)
         for term in terms:
-            postings = self._postings[term]
+            postings = self._changing(term)
             del postings[slot]
             if not postings:
                 del self._postings[term]
-            self._arrays.pop(term, None)
+
+    def _changing(self, term: str) -> dict[int, int]:
+        """The term's postings as a dict, to be changed (its arrays dropped)."""
+        postings = self._postings.get(term)
+        if postings is None:
+            restored = self._arrays.get(term)
+            postings = (
+                {} if restored is None else dict(zip(*(a.tolist() for a in restored), strict=True))
+            )
+            self._postings[term] = postings
+        self._arrays.pop(term, None)
+        return postings
+
+    def _terms_of(self, slot: int) -> tuple[str, ...]:
+        terms = self._terms.get(slot)
+        if terms is None:
+            assert self._base is not None, "a slot with no terms"
+            terms = self._base.terms(slot)
+        return terms
+
+    def _holds(self, term: str) -> bool:
+        return term in self._postings or term in self._arrays
 
     def scores(self, query: str) -> Scores:
         """Every document's score for the query, normalised as the module docstring says."""
@@ -148,9 +180,9 @@ class LexicalIndex:
         of the better-ranked document first (measured: better than rarest first)."""
         counts: Counter[str] = Counter()  # keeps first-seen order for the stable sort below
         for key in keys:
-            entry = self._docs.get(key)
-            if entry is not None:
-                counts.update(entry[0])
+            slot = self._slots.get(key)
+            if slot is not None:
+                counts.update(self._terms_of(slot))
         skip = set(exclude)
         ranked = sorted(
             (t for t, n in counts.items() if n >= min_docs and t not in skip),
@@ -161,11 +193,11 @@ class LexicalIndex:
     def score_terms(self, query_terms: Sequence[str], *, held_only: bool = False) -> Scores:
         """:meth:`scores` for terms already analysed; `held_only`: the ceiling over the words
         the memories hold only (the words no memory holds left out of it)."""
-        terms = [t for t in query_terms if t in self._postings]
+        terms = [t for t in query_terms if self._holds(t)]
         scores = np.zeros(len(self._keys), dtype=np.float64)
-        if not terms or not self._docs:
+        if not terms or not self._slots:
             return Scores(self, scores)
-        count = len(self._docs)
+        count = len(self._slots)
         average = max(self._total_length / count, 1e-9)
         ceiling = rarest = 0.0
         for term in terms:
@@ -189,6 +221,86 @@ class LexicalIndex:
             arrays = self._arrays[term] = (slots, tf)
         return arrays
 
+    # --- images (app/memory/search/image.py) ------------------------------------------------
+
+    def export(self) -> dict[str, np.ndarray]:
+        """The index as arrays, for :meth:`restore` (postings by term, terms by slot)."""
+        vocabulary = sorted(set(self._postings).union(self._arrays))
+        ids = {term: i for i, term in enumerate(vocabulary)}
+        postings = [self._postings_array(term) for term in vocabulary]
+        used = len(self._slots) + len(self._free)
+        doc_terms = [self._terms_of(slot) if self._keys[slot] >= 0 else () for slot in range(used)]
+        lengths = list(map(len, doc_terms))
+        return {
+            "vocabulary": pack_words(vocabulary),
+            "term_ptr": _offsets([len(p[0]) for p in postings]),
+            "slots": _joined([p[0] for p in postings], np.int32),
+            "tf": _joined([p[1] for p in postings], np.float32),
+            "doc_ptr": _offsets(lengths),
+            "doc_terms": np.fromiter(
+                map(ids.__getitem__, chain.from_iterable(doc_terms)), np.int32, sum(lengths)
+            ),
+            "keys": self._keys[:used].copy(),
+            "lengths": self._lengths[:used].copy(),
+        }
+
+    @classmethod
+    def restore(cls, analyzer: Analyzer, arrays: Mapping[str, np.ndarray]) -> LexicalIndex:
+        """The index :meth:`export` gave these arrays of; no work per document."""
+        index = cls(analyzer)
+        vocabulary = unpack_words(arrays["vocabulary"])
+        ptr = arrays["term_ptr"].tolist()
+        slots, tf = arrays["slots"], arrays["tf"]
+        index._arrays = {
+            term: (slots[a:b], tf[a:b])
+            for term, a, b in zip(vocabulary, ptr[:-1], ptr[1:], strict=True)
+        }
+        keys = arrays["keys"]
+        used = len(keys)
+        capacity = max(64, used)
+        index._keys = np.full(capacity, -1, dtype=np.int64)
+        index._keys[:used] = keys
+        index._lengths = np.zeros(capacity, dtype=np.float64)
+        index._lengths[:used] = arrays["lengths"]
+        live = np.flatnonzero(keys >= 0)
+        index._slots = dict(zip(keys[live].tolist(), live.tolist(), strict=True))
+        index._free = np.flatnonzero(keys < 0).tolist()
+        index._total_length = int(index._lengths.sum())
+        index._base = _BaseTerms(vocabulary, arrays["doc_ptr"], arrays["doc_terms"])
+        return index
+
+
+class _BaseTerms:
+    """A restored index's documents' terms: term ids by slot."""
+
+    def __init__(self, vocabulary: list[str], ptr: np.ndarray, ids: np.ndarray) -> None:
+        self._vocabulary = vocabulary
+        self._ptr = ptr
+        self._ids = ids
+
+    def terms(self, slot: int) -> tuple[str, ...]:
+        ids = self._ids[int(self._ptr[slot]) : int(self._ptr[slot + 1])].tolist()
+        return tuple(self._vocabulary[i] for i in ids)
+
+
+def pack_words(words: Sequence[str]) -> np.ndarray:
+    """Words (no NUL in them: analysed terms, type names) as one array of UTF-8 bytes."""
+    return np.frombuffer("\0".join(words).encode(), dtype=np.uint8)
+
+
+def unpack_words(packed: np.ndarray) -> list[str]:
+    return packed.tobytes().decode().split("\0") if len(packed) else []
+
+
+def _offsets(lengths: Sequence[int]) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _joined(parts: Sequence[np.ndarray], dtype: type[np.generic]) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
 
 class Scores:
     """One query's scores over a :class:`LexicalIndex` (valid until the index changes)."""
@@ -199,8 +311,8 @@ class Scores:
 
     def of(self, keys: np.ndarray) -> np.ndarray:
         """The scores of these keys (0 for keys the index does not hold)."""
-        docs = self._index._docs
-        slots = np.array([docs[k][1] if k in docs else -1 for k in keys.tolist()], dtype=np.int64)
+        get = self._index._slots.get
+        slots = np.fromiter((get(k, -1) for k in keys.tolist()), np.int64, len(keys))
         found = slots >= 0
         out = np.zeros(len(keys), dtype=np.float32)
         out[found] = self._by_slot[slots[found]]

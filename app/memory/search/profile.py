@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.memory.block import fit_budget
-from app.memory.search.cache import UserIndex
+from app.memory.search.user_index import UserIndex
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,13 +39,14 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from app.memory.search.cache import IndexCache, UserIndex
+from app.memory.search.cache import IndexCache
 from app.memory.search.dense import Cosines
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.lexical import Scores
 from app.memory.search.profile import Standing, standing
 from app.memory.search.selection import choose
 from app.memory.search.timing import Laps
+from app.memory.search.user_index import UserIndex
 from app.memory.search.when import TIME_BONUS, asked_times, in_time
 from app.memory.search.windows import Window, utc_day
 

@@ -39,9 +39,9 @@ import re
 
 import numpy as np
 
-from app.memory.search.cache import UserIndex
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.lexical import STOP_WORDS, Analyzer
+from app.memory.search.user_index import UserIndex
 
 SAME_AT = 0.5
 """The least cosine of a sentence with a fact for the sentence to restate it (see the module's

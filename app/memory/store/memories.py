@@ -28,6 +28,7 @@ from app.memory.store import events
 from app.memory.store.archive_book import Archive
 from app.memory.store.claims import IdTaken, found, own_ids, same_text
 from app.memory.store.db import writing
+from app.memory.store.images import IndexImages
 from app.memory.store.links import LINK_CHUNK, Rekey, before_delete, rekey, restore
 from app.memory.store.marks import RecallMarks
 from app.memory.store.queries import MemoryQueries, own
@@ -56,7 +57,7 @@ from app.memory.store.whole import WholeUser
 _CHANGEABLE = frozenset(Changes.__annotations__)
 
 
-class MemoryStore(MemoryQueries, WholeUser, Archive):
+class MemoryStore(MemoryQueries, WholeUser, Archive, IndexImages):
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self.sessions = async_sessionmaker(engine, expire_on_commit=False)

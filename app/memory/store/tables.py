@@ -205,6 +205,22 @@ class UserState(Base):
     """Bumped by every write to the user's memories, in the same transaction."""
 
 
+class IndexImage(Base):
+    """One part of a user's index image (:mod:`app.memory.search.image`): a cache of the search
+    index at `version`, so a restart or another replica loads it instead of reading and
+    analysing every memory. Written whole (all its parts in one transaction) by
+    :mod:`app.memory.store.images`, erased with its user; never served before caught up."""
+
+    __tablename__ = "index_images"
+
+    user_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    part: Mapped[int] = mapped_column(Integer, primary_key=True)
+    parts: Mapped[int] = mapped_column(Integer)
+    version: Mapped[int] = mapped_column(BigInteger)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    written_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class MemoryEvent(Base):
     """One write to one memory, kept after the memory is gone: why a memory exists, or not."""
 

@@ -8,6 +8,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.store.db import writing
+from app.memory.store.images import drop_images
 from app.memory.store.records import Moved, Removed
 from app.memory.store.tables import (
     ForgottenMemory,
@@ -38,6 +39,7 @@ class WholeUser:
             keys = await w.delete_matching(None)
             for table in (MemoryEvent, ProcessedTurn, ForgottenMemory, ManagerState):
                 await w.execute(delete(table).where(table.user_id == user_id))
+            await drop_images(session, [user_id])
             await w.finish()
         assert w.version is not None
         return Removed(keys, w.version)
@@ -57,6 +59,7 @@ class WholeUser:
             source = Writer(session, from_user, actor, None)
             target = Writer(session, to_user, actor, None)
             keys = await source.hand_over(target)
+            await drop_images(session, [from_user, to_user])  # both indexes change whole
             jobs = await session.execute(
                 update(ManagerJob)
                 .where(
