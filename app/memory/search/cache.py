@@ -56,6 +56,10 @@ IMAGE_EVERY_SECONDS = 60.0
 memories in a row: one image at its end, not one per batch)."""
 
 
+def _load(parts: list[bytes], model: str, dim: int, analyzer: Analyzer) -> UserIndex | None:
+    return image.load(b"".join(parts), model=model, dim=dim, analyzer=analyzer)
+
+
 class IndexCache:
     def __init__(
         self,
@@ -76,6 +80,7 @@ class IndexCache:
         self._loading: dict[str, asyncio.Task[UserIndex]] = {}
         self._imaging: dict[str, asyncio.Task[None]] = {}
         self._imaged_at: dict[str, float] = {}
+        self._one_image = asyncio.Lock()
         self.loads = 0
         """Full builds and catch-ups done (tests and metrics read it)."""
         self.restores = 0
@@ -104,13 +109,17 @@ class IndexCache:
         return entry
 
     async def rebuild(self, user_id: str) -> UserIndex:
-        """The user's index built afresh from the store (no image read; the user's memories
-        without a vector of this model embedded), then imaged when large enough."""
-        self.forget(user_id)
+        """The user's index built afresh from the store (no image read, the stored one erased;
+        the memories without a vector of this model embedded), then imaged when large
+        enough (:meth:`settled` waits for it)."""
         while (task := self._loading.get(user_id)) is not None:
             await asyncio.shield(task)
         self.forget(user_id)
-        return await self._load(user_id, images=False)
+        await self._store.drop_image(user_id)
+        task = asyncio.get_running_loop().create_task(self._load(user_id, images=False))
+        self._loading[user_id] = task
+        task.add_done_callback(lambda _: self._loading.pop(user_id, None))
+        return await asyncio.shield(task)
 
     async def _load(self, user_id: str, *, images: bool) -> UserIndex:
         entry = self._entries.get(user_id)
@@ -146,13 +155,23 @@ class IndexCache:
         stored = await self._store.image(user_id)
         if stored is None:
             return None
-        model = vector_model(self._embedder)
-        entry = image.load(
-            stored.data, model=model, dim=self._embedder.dim, analyzer=self._analyzer
-        )
-        if entry is not None:
-            self.restores += 1
-            self._imaged_at[user_id] = time.monotonic()
+        model, dim = vector_model(self._embedder), self._embedder.dim
+        try:  # no one else's yet; ~0.3 s at 100k memories: off the event loop
+            entry = await asyncio.to_thread(_load, stored.parts, model, dim, self._analyzer)
+        except Exception:  # whatever it holds, a damaged image costs a build, never a recall
+            logger.exception("an index image that does not load: building from the memories")
+            entry = None
+        if entry is None:  # of another model or version, or damaged: it would keep a new one out
+            await self._store.drop_image(user_id)
+            return None
+        self.restores += 1
+        self._imaged_at[user_id] = time.monotonic()
+        # Recalls count without a new version, so the counts in an image lag: the profile's
+        # order reads them (a few standing memories: one small read).
+        records = await self._store.get_many(user_id, sorted(entry.standing))
+        for key, record in records.items():
+            if key in entry.briefs:
+                entry.briefs[key] = entry.briefs[key]._replace(recall_count=record.recall_count)
         return entry
 
     async def _catch_up(self, user_id: str, entry: UserIndex) -> None:
@@ -197,7 +216,7 @@ class IndexCache:
             # Under the lock, nothing changes the index (a catch-up waits for it, a write in
             # place leaves the change to the next catch-up), so a thread may read it: ~0.5 s at
             # 100k memories that the event loop does not stall for.
-            async with entry.lock:
+            async with self._one_image, entry.lock:  # one image at a time: ~3x its size
                 started = time.perf_counter()
                 changed, version = entry.changed, entry.version
                 data = await asyncio.to_thread(image.dump, entry, vector_model(self._embedder))

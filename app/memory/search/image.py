@@ -24,13 +24,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from app.memory.search.dense import VectorIndex
-from app.memory.search.lexical import STOP_WORDS, Analyzer, LexicalIndex
+from app.memory.search.lexical import STOP_WORDS, Analyzer, LexicalIndex, unpack_words
 from app.memory.search.user_index import Briefs, UserIndex
 
 logger = logging.getLogger("memproxy.memory")
@@ -72,15 +73,10 @@ def dump(entry: UserIndex, model: str) -> bytes:
         data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         pieces += [data, bytes(-data.nbytes % _ALIGN)]
         offset += data.nbytes + len(pieces[-1])
+    header["crc32"] = _crc(pieces)
     head = json.dumps(header).encode()
     start = MAGIC + len(head).to_bytes(4, "little") + head
     return b"".join([start, bytes(-len(start) % _ALIGN), *pieces])
-
-
-def version_of(data: bytes) -> int | None:
-    """The version an image was recorded at (None: not an image)."""
-    header = _header(data)
-    return None if header is None else int(header[0]["version"])
 
 
 def load(data: bytes, *, model: str, dim: int, analyzer: Analyzer) -> UserIndex | None:
@@ -99,7 +95,10 @@ def load(data: bytes, *, model: str, dim: int, analyzer: Analyzer) -> UserIndex 
     ):
         return None  # another model or version of memproxy made it: quietly rebuilt
     try:
+        if header.get("crc32") != _crc([memoryview(data)[start:]]):
+            raise ValueError("its checksum differs")
         arrays = _arrays(data, header, start)
+        _check(arrays)
         entry = UserIndex(
             int(header["version"]),
             VectorIndex.restore(dim, _part(arrays, "vectors")),
@@ -112,7 +111,7 @@ def load(data: bytes, *, model: str, dim: int, analyzer: Analyzer) -> UserIndex 
             entry.links.setdefault(episode, set()).add(fact)
         if not len(entry.briefs) == len(entry.lexical) == len(entry.vectors):
             raise ValueError("its parts hold different memories")
-    except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as exc:
+    except (KeyError, ValueError, TypeError, IndexError, RuntimeError, RecursionError) as exc:
         logger.warning("an index image that does not read (%s): building from the memories", exc)
         return None
     return entry
@@ -125,9 +124,9 @@ def _header(data: bytes) -> tuple[dict[str, Any], int] | None:
     end = len(MAGIC) + 4 + size
     try:
         header = json.loads(data[len(MAGIC) + 4 : end])
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(header, dict):
+    if not isinstance(header, dict) or not isinstance(header.get("arrays"), list):
         return None
     return header, end + (-end % _ALIGN)
 
@@ -140,12 +139,76 @@ def _arrays(data: bytes, header: Mapping[str, Any], start: int) -> dict[str, np.
         kind = np.dtype(dtype)
         if kind.hasobject:
             raise ValueError("an array of objects")
+        if any(not isinstance(n, int) or n < 0 for n in shape) or not isinstance(offset, int):
+            raise ValueError("a shape or an offset that is not one")
         count = int(np.prod(shape)) if shape else 1
-        if start + offset + count * kind.itemsize > len(data):
+        if offset < 0 or start + offset + count * kind.itemsize > len(data):
             raise ValueError("it ends early")
         array = np.frombuffer(data, dtype=kind, count=count, offset=start + offset)
         out[name] = array.reshape(shape) if name == "vectors.faiss" else array.reshape(shape).copy()
     return out
+
+
+_KINDS = {
+    "vectors.faiss": "|u1", "vectors.keys": "<i8", "vectors.parts": "<i8",
+    "lexical.vocabulary": "|u1", "lexical.term_ptr": "<i8", "lexical.slots": "<i4",
+    "lexical.tf": "<f8", "lexical.doc_ptr": "<i8", "lexical.doc_terms": "<i4",
+    "lexical.keys": "<i8", "lexical.lengths": "<f8",
+    "briefs.keys": "<i8", "briefs.types": "|u1", "briefs.type": "|u1", "briefs.content": "|u1",
+    "briefs.content_ptr": "<i8", "briefs.created_us": "<i8", "briefs.observed_us": "<i8",
+    "briefs.recall_count": "<i8", "standing": "<i8", "links": "<i8",
+}  # fmt: skip
+"""Each array's exact dtype: an image is read only as this layout."""
+
+
+def _crc(pieces: list[Any]) -> int:
+    crc = 0
+    for piece in pieces:
+        crc = zlib.crc32(piece, crc)
+    return crc
+
+
+def _check(a: Mapping[str, np.ndarray]) -> None:
+    """Raise ValueError unless the arrays are this layout and consistent: every pointer in
+    bounds and in order, every id of something that exists, one set of keys throughout."""
+    if sorted(a) != sorted(_KINDS) or any(a[n].dtype.str != k for n, k in _KINDS.items()):
+        raise ValueError("not this layout")
+
+    def pointers(ptr: np.ndarray, length: int) -> None:
+        if len(ptr) < 1 or ptr[0] != 0 or ptr[-1] != length or np.any(np.diff(ptr) < 0):
+            raise ValueError("pointers out of order or bounds")
+
+    used = len(a["lexical.keys"])
+    pointers(a["lexical.term_ptr"], len(a["lexical.slots"]))
+    pointers(a["lexical.doc_ptr"], len(a["lexical.doc_terms"]))
+    pointers(a["briefs.content_ptr"], len(a["briefs.content"]))
+    terms = len(a["lexical.term_ptr"]) - 1
+    slots, doc_terms = a["lexical.slots"], a["lexical.doc_terms"]
+    if len(a["lexical.doc_ptr"]) != used + 1 or len(a["lexical.lengths"]) != used:
+        raise ValueError("documents and slots differ")
+    if len(slots) and (
+        slots.min() < 0 or slots.max() >= used or (a["lexical.keys"][slots] < 0).any()
+    ):
+        raise ValueError("a posting of no document")
+    if len(doc_terms) and (doc_terms.min() < 0 or doc_terms.max() >= terms):
+        raise ValueError("a term of no vocabulary")
+    if len(a["briefs.type"]) and int(a["briefs.type"].max()) >= len(
+        unpack_words(a["briefs.types"])
+    ):
+        raise ValueError("a type of no name")
+    live = np.sort(a["lexical.keys"][a["lexical.keys"] >= 0])
+    for other in (a["briefs.keys"], a["vectors.keys"]):
+        if not np.array_equal(np.sort(other), live):
+            raise ValueError("its parts hold different memories")
+    if len(a["vectors.parts"]) != len(live) or (a["vectors.parts"] < 1).any():
+        raise ValueError("parts of no memory")
+    counts = [len(a[f"briefs.{n}"]) for n in ("type", "created_us", "observed_us", "recall_count")]
+    if set(counts) != {len(live)} or len(a["briefs.content_ptr"]) != len(live) + 1:
+        raise ValueError("briefs of different lengths")
+    if a["links"].ndim != 2 or a["links"].shape[1] != 2 or len(np.setdiff1d(a["links"], live)):
+        raise ValueError("a link to no memory")
+    if len(np.setdiff1d(a["standing"], live)):
+        raise ValueError("a standing memory that is not one")
 
 
 def _part(arrays: Mapping[str, np.ndarray], part: str) -> dict[str, np.ndarray]:

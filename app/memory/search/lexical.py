@@ -235,7 +235,7 @@ class LexicalIndex:
             "vocabulary": pack_words(vocabulary),
             "term_ptr": _offsets([len(p[0]) for p in postings]),
             "slots": _joined([p[0] for p in postings], np.int32),
-            "tf": _joined([p[1] for p in postings], np.float32),
+            "tf": _joined([p[1] for p in postings], np.float64),
             "doc_ptr": _offsets(lengths),
             "doc_terms": np.fromiter(
                 map(ids.__getitem__, chain.from_iterable(doc_terms)), np.int32, sum(lengths)

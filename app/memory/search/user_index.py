@@ -126,10 +126,9 @@ class Briefs(MutableMapping[int, Brief]):
 
 
 def _micros(moments: list[datetime]) -> np.ndarray:
-    """Microseconds since the epoch, exactly (a float's error at today's seconds is ~0.4 us)."""
-    seconds = np.array([m.timestamp() for m in moments], dtype=np.float64)
-    micros: np.ndarray = np.rint(seconds * 1e6).astype(np.int64)
-    return micros
+    """Microseconds since the epoch, exactly."""
+    unit = timedelta(microseconds=1)
+    return np.array([(m - EPOCH) // unit for m in moments], dtype=np.int64)
 
 
 _NUMBERS: dict[str, Callable[[list[Brief]], np.ndarray]] = {

@@ -8,13 +8,14 @@ Promises:
   current may all offer theirs, the newest stays;
 - :meth:`IndexImages.image` reads back a whole image or nothing (parts of different writes, or
   missing parts, read as no image);
-- erasing or moving a user erases their image (:func:`drop_images`, in that unit of work): an
-  image holds the words of the user's memories.
+- erasing or moving a user erases their image, in that unit of work, and leaves a tombstone at
+  the unit's version (:func:`erase_images`): an image holds the words of the user's memories,
+  and one being made while they were erased (of an older version) is refused, never stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from sqlalchemy import delete, select
@@ -32,7 +33,8 @@ the drivers handle a few MB at a time far better than hundreds)."""
 
 class StoredImage(NamedTuple):
     version: int
-    data: bytes
+    parts: list[bytes]
+    """The image's bytes, in parts (joined by whoever reads it, off the event loop)."""
 
 
 class IndexImages:
@@ -48,13 +50,13 @@ class IndexImages:
                     .order_by(IndexImage.part)
                 )
             ).all()
-        if not rows:
+        if not rows or not rows[0].parts:  # none, or a tombstone
             return None
         parts, version = rows[0].parts, rows[0].version
         whole = [r.part for r in rows] == list(range(parts))
         if not whole or any(r.version != version or r.parts != parts for r in rows):
             return None
-        return StoredImage(int(version), b"".join(r.data for r in rows))
+        return StoredImage(int(version), [r.data for r in rows])
 
     async def image_version(self, user_id: str) -> int | None:
         """The version of the user's stored image (None: none)."""
@@ -68,35 +70,50 @@ class IndexImages:
 
     async def keep_image(self, user_id: str, version: int, data: bytes) -> bool:
         """Store the image of the user's index at `version` in place of an older one; False
-        when the stored one is as new (or another process stored one meanwhile)."""
+        when the stored one (or the user's erasure) is as new."""
         chunks = [data[i : i + PART_BYTES] for i in range(0, len(data), PART_BYTES)] or [b""]
-        try:
-            async with writing(self.sessions) as session:
-                stored = await session.scalar(
-                    select(IndexImage.version).where(
-                        IndexImage.user_id == user_id, IndexImage.part == 0
-                    )
-                )
-                if stored is not None and stored >= version:
-                    return False
-                await drop_images(session, [user_id])
-                stamp = now()
-                for part, chunk in enumerate(chunks):
-                    session.add(
-                        IndexImage(
-                            user_id=user_id, part=part, parts=len(chunks), version=version,
-                            data=chunk, written_at=stamp,
+        for _ in range(2):  # two replicas inserting at once: one loses the race, then looks again
+            try:
+                async with writing(self.sessions) as session:
+                    stored = await session.scalar(
+                        select(IndexImage.version).where(
+                            IndexImage.user_id == user_id, IndexImage.part == 0
                         )
-                    )  # fmt: skip
-        except IntegrityError:  # another replica wrote its image between our read and insert
-            return False
-        return True
+                    )
+                    if stored is not None and stored >= version:
+                        return False
+                    await _delete(session, user_id)
+                    stamp = now()
+                    for part, chunk in enumerate(chunks):
+                        session.add(
+                            IndexImage(
+                                user_id=user_id, part=part, parts=len(chunks), version=version,
+                                data=chunk, written_at=stamp,
+                            )
+                        )  # fmt: skip
+                return True
+            except IntegrityError:
+                continue
+        return False
 
     async def drop_image(self, user_id: str) -> None:
+        """Erase the user's image (one that cannot be used: it would keep a new one out)."""
         async with writing(self.sessions) as session:
-            await drop_images(session, [user_id])
+            await session.execute(
+                delete(IndexImage).where(IndexImage.user_id == user_id, IndexImage.parts > 0)
+            )
 
 
-async def drop_images(session: AsyncSession, user_ids: Sequence[str]) -> None:
-    """Erase these users' images, in the caller's transaction."""
-    await session.execute(delete(IndexImage).where(IndexImage.user_id.in_(list(user_ids))))
+async def erase_images(session: AsyncSession, versions: Mapping[str, int]) -> None:
+    """Erase these users' images and leave each a tombstone at its version (user -> the unit's
+    version), in the caller's transaction: no older image can be stored after it."""
+    for user_id, version in versions.items():
+        await _delete(session, user_id)
+        session.add(
+            IndexImage(user_id=user_id, part=0, parts=0, version=version, data=b"",
+                       written_at=now())
+        )  # fmt: skip
+
+
+async def _delete(session: AsyncSession, user_id: str) -> None:
+    await session.execute(delete(IndexImage).where(IndexImage.user_id == user_id))

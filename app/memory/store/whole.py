@@ -8,7 +8,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.memory.store.db import writing
-from app.memory.store.images import drop_images
+from app.memory.store.images import erase_images
 from app.memory.store.records import Moved, Removed
 from app.memory.store.tables import (
     ForgottenMemory,
@@ -39,8 +39,9 @@ class WholeUser:
             keys = await w.delete_matching(None)
             for table in (MemoryEvent, ProcessedTurn, ForgottenMemory, ManagerState):
                 await w.execute(delete(table).where(table.user_id == user_id))
-            await drop_images(session, [user_id])
             await w.finish()
+            assert w.version is not None
+            await erase_images(session, {user_id: w.version})
         assert w.version is not None
         return Removed(keys, w.version)
 
@@ -59,7 +60,6 @@ class WholeUser:
             source = Writer(session, from_user, actor, None)
             target = Writer(session, to_user, actor, None)
             keys = await source.hand_over(target)
-            await drop_images(session, [from_user, to_user])  # both indexes change whole
             jobs = await session.execute(
                 update(ManagerJob)
                 .where(
@@ -84,7 +84,8 @@ class WholeUser:
                 )
             await source.finish()
             await target.finish()
-        assert source.version is not None and target.version is not None
+            assert source.version is not None and target.version is not None
+            await erase_images(session, {from_user: source.version, to_user: target.version})
         return Moved(keys, source.version, target.version, moved_jobs)
 
 

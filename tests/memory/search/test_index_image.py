@@ -156,6 +156,11 @@ async def test_an_image_of_another_model_or_damaged_is_built_anew(
     other = service(engine, model="fake-other")
     await other.search("ann", "warm up", limit=1, min_score=0)
     assert other.cache.restores == 0  # re-embedded with its model, not the image's
+    await other.cache.settled()  # and the old model's image, which would keep it out, replaced
+    assert other.cache.images == 1
+    again = service(engine, model="fake-other")
+    await again.search("ann", "warm up", limit=1, min_score=0)
+    assert again.cache.restores == 1
 
     async with writer.store.sessions.begin() as session:
         await session.execute(update(IndexImage).values(data=b"memproxy-index\n\x05\x00"))
@@ -167,13 +172,23 @@ async def test_an_image_of_another_model_or_damaged_is_built_anew(
     assert await ranking(damaged, "ann", QUERIES) == expected
     assert damaged.cache.restores == 0
     assert "an index image that is not one" in caplog.text
+    await damaged.cache.settled()
+    assert damaged.cache.images == 1  # the damaged one replaced
+
+
+def _flip(data: bytes) -> bytes:
+    at = len(data) - 100
+    return data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :]
 
 
 @pytest.mark.parametrize(
     "damage",
     [
         lambda d: d[: len(d) // 2],  # ends early
+        _flip,  # one bit of its body: the checksum
         lambda d: d.replace(b'"<i8"', b'"|O8"', 1),  # an array of objects
+        lambda d: d.replace(b'"<i8"', b'"<i4"', 1),  # another layout
+        lambda d: d.replace(b'"arrays": [', b'"arrays": ' + b"[" * 100_000, 1),  # too deep
         lambda d: b"not an image",
     ],
 )
@@ -187,17 +202,65 @@ async def test_a_damaged_image_loads_as_none(engine: AsyncEngine, damage: Any) -
     assert image.load(damage(data), model=model, dim=64, analyzer=Analyzer()) is None
 
 
+@pytest.mark.parametrize(
+    "break_it",
+    [
+        ("lexical", "slots", lambda a: a + 10_000),  # postings of no document
+        ("lexical", "doc_terms", lambda a: a + 10_000),  # terms of no vocabulary
+        ("lexical", "term_ptr", lambda a: a[::-1].copy()),  # pointers out of order
+        ("briefs", "keys", lambda a: a + 1),  # briefs of other memories
+        ("briefs", "type", lambda a: a + 9),  # a type of no name
+        ("vectors", "parts", lambda a: a * 0),  # memories of no vector
+    ],
+)
+async def test_an_image_whose_checksum_holds_but_not_its_sense_loads_as_none(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, break_it: Any
+) -> None:
+    """Made so (its checksum over what it holds): every array is checked before it is used."""
+    memory = service(engine)
+    await populate(memory)
+    entry = await memory.cache.get("ann")
+    part, name, change = break_it
+    holder = {"lexical": entry.lexical, "briefs": entry.briefs, "vectors": entry.vectors}[part]
+    exported = holder.export()
+    exported[name] = change(exported[name]).astype(exported[name].dtype)
+    monkeypatch.setattr(holder, "export", lambda: exported)
+    model = vector_model(memory.embedder)
+    assert image.load(image.dump(entry, model), model=model, dim=64, analyzer=Analyzer()) is None
+
+
 async def test_images_go_with_their_user(engine: AsyncEngine) -> None:
+    """Erased or moved: the image goes, and one being made of an older version (a write that
+    began before the erasure) is refused, never stored."""
     memory = service(engine)
     for user in ("ann", "bob", "cid"):
         await memory.add(user, [NewMemory(t) for t in sentences(30)])
-        await imaged(memory, user)
-        assert await memory.store.image_version(user) is not None
+        entry = await imaged(memory, user)
+        assert await memory.store.image_version(user) == entry.version
+    late = image.dump(await memory.cache.get("ann"), vector_model(memory.embedder))
+    version = (await memory.cache.get("ann")).version
     await memory.delete_all("ann")
-    assert await memory.store.image_version("ann") is None
+    assert await memory.store.image("ann") is None
+    assert not await memory.store.keep_image("ann", version, late)
+    assert await memory.store.image("ann") is None
     await memory.move("bob", "cid")
-    assert await memory.store.image_version("bob") is None
-    assert await memory.store.image_version("cid") is None
+    assert await memory.store.image("bob") is None
+    assert await memory.store.image("cid") is None
+    assert await ranking(service(engine), "cid", QUERIES) == await ranking(
+        service(engine, images=0), "cid", QUERIES
+    )
+
+
+async def test_a_rebuild_reads_no_image_and_writes_a_new_one(engine: AsyncEngine) -> None:
+    memory = service(engine)
+    await populate(memory)
+    first = await imaged(memory, "ann")
+    rebuilt = await memory.cache.rebuild("ann")
+    await memory.cache.settled()
+    assert rebuilt is not first and memory.cache.restores == 0
+    assert await memory.store.image_version("ann") == rebuilt.version
+    stored = await memory.store.image("ann")
+    assert stored is not None and stored.version == rebuilt.version
 
 
 async def test_only_users_above_the_minimum_get_an_image(engine: AsyncEngine) -> None:
@@ -218,11 +281,11 @@ async def test_a_large_image_is_stored_in_parts_and_read_whole(
     store = MemoryStore(engine)
     data = bytes(range(256)) * 20
     assert await store.keep_image("ann", 3, data)
-    assert (await store.image("ann")) == (3, data)
+    assert (await store.image("ann")) == (3, [data[i : i + 1000] for i in range(0, 5120, 1000)])
     assert not await store.keep_image("ann", 3, b"older or as old")
     assert not await store.keep_image("ann", 2, b"older or as old")
     assert await store.keep_image("ann", 4, b"newer")
-    assert (await store.image("ann")) == (4, b"newer")
+    assert (await store.image("ann")) == (4, [b"newer"])
     async with store.sessions.begin() as session:  # a part of another write: not whole
         session.add(IndexImage(user_id="ann", part=1, parts=2, version=9, data=b"x",
                                written_at=now()))  # fmt: skip
