@@ -108,6 +108,7 @@ def create_app(
             dense_weight=settings.dense_weight,
             cache_max_memories=settings.index_cache_max_memories,
             image_min_memories=settings.index_image_min_memories,
+            ivf_min_vectors=settings.index_ivf_min_vectors,
         )
         queue = JobQueue(
             store.sessions,

@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import gc
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -42,7 +43,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import httpx
 from fastapi import FastAPI
@@ -62,6 +63,11 @@ from bench._data import SIZES, Text, generate  # noqa: E402
 QUERIES = 200
 WARM_UP_USER = {"X-User-Id": "nobody"}
 """A user with no memories: the first search in an app (model warm-up) goes to them."""
+
+
+def peak_mb() -> float:
+    """This process's peak resident memory."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def rss_mb() -> float:
@@ -162,34 +168,65 @@ async def vacuum(engine: AsyncEngine) -> None:
     print(f"VACUUM ANALYZE after the generation: {time.perf_counter() - started:.1f} s")
 
 
-async def sizes(client: httpx.AsyncClient, cache: IndexCache, total: int) -> None:
+async def searches(
+    client: httpx.AsyncClient, user: dict[str, str]
+) -> tuple[float, float, list[list[str]]]:
+    """p50 and p99 of QUERIES searches (the same queries for every user), and what each found."""
     text = Text(seed=3)
-    for size in SIZES:
+    samples, found = [], []
+    for _ in range(QUERIES):
+        query = {"query": text.sentence(4, 10), "limit": 10, "min_score": 0}
+        started = time.perf_counter()
+        response = await client.post("/v1/memories/search", json=query, headers=user)
+        samples.append(time.perf_counter() - started)
+        assert response.status_code == 200 and response.json()["data"]
+        found.append([hit["id"] for hit in response.json()["data"]])
+    return *percentiles(samples), found
+
+
+async def sizes(
+    client: httpx.AsyncClient, cache: IndexCache, total: int, sizes: tuple[int, ...]
+) -> None:
+    """Each size searched with the exhaustive index, then the sizes of at least
+    MEMPROXY_INDEX_IVF_MIN_VECTORS with the approximate one, the same queries."""
+    ivf_min, cache.upkeep.ivf_min = cache.upkeep.ivf_min, 0
+    exhaustive = {}
+    for size in sizes:
         user = {"X-User-Id": f"u{size // 1000}k"}
         load = await first_search(client, user)
         started = time.perf_counter()
         await cache.settled()  # its image, written in the background: not timed in the searches
-        imaged = (
-            f", its image written {time.perf_counter() - started:.1f} s later"
-            if size >= (10_000)
-            else ""
-        )
-        samples = []
-        for _ in range(QUERIES):
-            query = {"query": text.sentence(4, 10), "limit": 10, "min_score": 0}
-            started = time.perf_counter()
-            response = await client.post("/v1/memories/search", json=query, headers=user)
-            samples.append(time.perf_counter() - started)
-            assert response.status_code == 200 and response.json()["data"]
-        p50, p99 = percentiles(samples)
+        imaged = f", its image written {time.perf_counter() - started:.1f} s later"
+        p50, p99, exhaustive[size] = await searches(client, user)
         print(
             f"{size:>7,} memories: search p50 {p50:5.1f} ms, p99 {p99:5.1f} ms "
-            f"(first search, building the index: {load}{imaged}); RSS {rss_mb():.0f} MB"
+            f"(first search, building the index: {load}{imaged if size >= 10_000 else ''}); "
+            f"RSS {rss_mb():.0f} MB"
         )
-    print(f"index images written (users of >= 10,000 memories): {cache.images}")
+    cache.upkeep.ivf_min = ivf_min
+    for size in [s for s in sizes if ivf_min and s >= ivf_min]:
+        user_id = f"u{size // 1000}k"
+        cache.forget(user_id)
+        started = time.perf_counter()
+        entry = await cache.get(user_id)  # from its image, then trained in the background
+        await cache.settled()
+        index: Any = entry.vectors._index
+        assert entry.vectors.approximate
+        trained = time.perf_counter() - started
+        p50, p99, found = await searches(client, {"X-User-Id": user_id})
+        same = statistics.mean(
+            len(set(a) & set(b)) / len(a) for a, b in zip(found, exhaustive[size], strict=True)
+        )
+        print(
+            f"{size:>7,} memories, approximate (IVF, {index.nprobe} of {index.nlist} lists "
+            f"probed; trained and imaged in {trained:.1f} s): search p50 {p50:5.1f} ms, "
+            f"p99 {p99:5.1f} ms; top 10 shared with the exhaustive search: {same:.3f}"
+        )
+    print(f"index images written (users of >= 10,000 memories): {cache.upkeep.images}")
     gc.collect()
     print(f"RSS with {total:,} stored and these users' indexes cached: {rss_mb():.0f} MB")
 
+    text = Text(seed=5)
     batch = [{"content": f"{text.sentence(8, 30)}. {text.sentence()}."} for _ in range(1000)]
     started = time.perf_counter()
     response = await client.post(
@@ -204,14 +241,30 @@ async def sizes(client: httpx.AsyncClient, cache: IndexCache, total: int) -> Non
           f"{elapsed:.1f} s = {1000 / elapsed:.0f} memories/s")  # fmt: skip
 
 
-async def restart(settings: Settings) -> None:
+async def every_user(client: httpx.AsyncClient, cache: IndexCache, users: list[str]) -> None:
+    """Each of these users searched once (an index built for each, the least recently used
+    evicted past MEMPROXY_INDEX_CACHE_MAX_MEMORIES), then every index dropped: what the process
+    holds with many users, and what it gives back when they go cold."""
+    started = time.perf_counter()
+    for user_id in users:
+        await first_search(client, {"X-User-Id": user_id})
+    gc.collect()
+    took = time.perf_counter() - started
+    print(f"every one of {len(users):,} more users searched once ({took:.0f} s): "
+          f"{cache.memories_cached:,} memories cached, RSS {rss_mb():.0f} MB "
+          f"(peak {peak_mb():.0f} MB)")  # fmt: skip
+    cache.forget()
+    gc.collect()
+    print(f"every index dropped: RSS {rss_mb():.0f} MB")
+
+
+async def restart(settings: Settings, size: int) -> None:
     """The largest user's first search in a new app on the same database: from its index image,
     then with images off (built from the rows), then its rows' read alone."""
-    size = SIZES[-1]
     user_id = f"u{size // 1000}k"
     async with running(settings) as (app, client):
         loaded = await first_search(client, {"X-User-Id": user_id})
-        assert app.state.services.memory.cache.restores == 1, "no image was loaded"
+        assert app.state.services.memory.cache.upkeep.restores == 1, "no image was loaded"
     print(f"after a restart (new app, same database): first search of the {size:,}-memory user, "
           f"loading its index image and catching up: {loaded}")  # fmt: skip
     without = settings.model_copy(update={"index_image_min_memories": 0})
@@ -234,7 +287,17 @@ async def main() -> None:
         help="default: a temporary SQLite file; postgresql+asyncpg://HOST/NAME: a fresh "
         "memproxy_bench_<hex> database on that server, dropped at the end",
     )
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)),
+        help="the users searched: how many memories each (comma-separated; the largest is "
+        "also searched after a restart)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--every-user", action="store_true",
+        help="then search every other user once (1,000 memories each), and drop every index",
+    )  # fmt: skip
     args = parser.parse_args()
+    chosen = tuple(sorted(int(n) for n in args.sizes.split(",")))
     with tempfile.TemporaryDirectory() as folder:
         url = args.database_url or f"sqlite+aiosqlite:///{folder}/bench.db"
         async with bench_database(url) as database_url:
@@ -249,15 +312,19 @@ async def main() -> None:
                 memory = services.memory
                 print(f"generating {args.total:,} memories ...")
                 started = time.perf_counter()
-                await generate(
-                    services.engine, vector_model(memory.embedder), memory.embedder.dim, args.total
-                )
+                users = await generate(
+                    services.engine, vector_model(memory.embedder), memory.embedder.dim,
+                    args.total, {f"u{size // 1000}k": size for size in chosen},
+                )  # fmt: skip
                 print(f"generated in {time.perf_counter() - started:.0f} s")
                 await vacuum(services.engine)
                 gc.collect()
                 print(f"RSS after start-up and generation: {rss_mb():.0f} MB")
-                await sizes(client, memory.cache, args.total)
-            await restart(settings)
+                await sizes(client, memory.cache, args.total, chosen)
+                if args.every_user:
+                    fillers = [u for u in users if u.startswith("filler")]
+                    await every_user(client, memory.cache, fillers)
+            await restart(settings, chosen[-1])
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,14 +90,24 @@ def normalise_evidence(raw: list[str], known: set[str]) -> tuple[list[str], int]
     return list(dict.fromkeys(ids)), dropped
 
 
-async def evaluate(client: httpx.AsyncClient, data: list[dict[str, Any]]) -> dict[str, Any]:
-    per_question: list[tuple[int, dict[int, float], float]] = []
-    latencies: list[float] = []
-    dropped = skipped = 0
+async def evaluate(
+    client: httpx.AsyncClient,
+    data: list[dict[str, Any]],
+    approximate: Callable[[str, str], Awaitable[str]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Each conversation imported, then its questions searched: with `approximate` (given the
+    user, it makes their index approximate and says how), once as is and once after it, so
+    both are measured on the same memories."""
+    rounds = ["exhaustive", *VARIANTS] if approximate else ["as is"]
+    results: dict[str, dict[str, Any]] = {
+        name: {"questions": [], "latencies": [], "dropped_evidence": 0, "skipped_questions": 0}
+        for name in rounds
+    }
     import_seconds = 0.0
     imported = 0
     for sample in data:
-        user = {"X-User-Id": f"locomo-{sample['sample_id']}-{uuid.uuid4().hex[:6]}"}
+        user_id = f"locomo-{sample['sample_id']}-{uuid.uuid4().hex[:6]}"
+        user = {"X-User-Id": user_id}
         turns = dated_turns_of(sample["conversation"])
         id_to_dia: dict[str, str] = {}
         started = time.perf_counter()
@@ -114,35 +125,67 @@ async def evaluate(client: httpx.AsyncClient, data: list[dict[str, Any]]) -> dic
         import_seconds += time.perf_counter() - started
         imported += len(turns)
         known = {d for d, _, _ in turns}
-        for qa in sample["qa"]:
-            category = int(qa.get("category", 0))
-            if category not in CATEGORIES:
-                continue
-            evidence, lost = normalise_evidence(qa.get("evidence", []), known)
-            dropped += lost
-            if not evidence:
-                skipped += 1
-                continue
-            started = time.perf_counter()
-            response = await client.post(
-                "/v1/memories/search",
-                json={"query": qa["question"], "limit": max(KS), "min_score": 0},
-                headers=user,
-            )
-            latencies.append(time.perf_counter() - started)
-            response.raise_for_status()
-            ranked = [id_to_dia[h["id"]] for h in response.json()["data"]]
-            recall = {k: len(set(ranked[:k]) & set(evidence)) / len(evidence) for k in KS}
-            first = next((i for i, d in enumerate(ranked) if d in evidence), None)
-            per_question.append((category, recall, 0.0 if first is None else 1.0 / (first + 1)))
-    return {
-        "questions": per_question,
-        "latencies": latencies,
-        "dropped_evidence": dropped,
-        "skipped_questions": skipped,
-        "imported": imported,
-        "import_seconds": import_seconds,
-    }
+        for name in rounds:
+            if name in VARIANTS and approximate is not None:
+                print(f"  {sample['sample_id']}, {name}: {await approximate(user_id, name)}")
+            result = results[name]
+            for qa in sample["qa"]:
+                category = int(qa.get("category", 0))
+                if category not in CATEGORIES:
+                    continue
+                evidence, lost = normalise_evidence(qa.get("evidence", []), known)
+                result["dropped_evidence"] += lost
+                if not evidence:
+                    result["skipped_questions"] += 1
+                    continue
+                started = time.perf_counter()
+                response = await client.post(
+                    "/v1/memories/search",
+                    json={"query": qa["question"], "limit": max(KS), "min_score": 0},
+                    headers=user,
+                )
+                result["latencies"].append(time.perf_counter() - started)
+                response.raise_for_status()
+                ranked = [id_to_dia[h["id"]] for h in response.json()["data"]]
+                recall = {k: len(set(ranked[:k]) & set(evidence)) / len(evidence) for k in KS}
+                first = next((i for i, d in enumerate(ranked) if d in evidence), None)
+                result["questions"].append(
+                    (category, recall, 0.0 if first is None else 1.0 / (first + 1))
+                )
+    for result in results.values():
+        result.update(imported=imported, import_seconds=import_seconds)
+    return results
+
+
+VARIANTS = {
+    "ivf sqrt(n) lists, 1/16 probed": (1.0, 16),
+    "ivf sqrt(n) lists, 1/8 probed": (1.0, 8),
+    "ivf sqrt(n) lists, 1/4 probed": (1.0, 4),
+    "ivf 4 sqrt(n) lists, 1/16 probed": (4.0, 16),
+    "ivf 4 sqrt(n) lists, 1/8 probed": (4.0, 8),
+}
+"""(lists per square root of the vectors, the share of them probed): each variant's IVF is
+trained on all of the user's vectors, as a user past MEMPROXY_INDEX_IVF_MIN_VECTORS gets it."""
+
+
+def approximating(cache: Any, probe_min: int) -> Callable[[str, str], Awaitable[str]]:
+    """What makes a user's index an IVF of a variant, probing at least `probe_min` lists."""
+    from app.memory.search import ivf
+
+    ivf.PROBE_MIN = probe_min
+
+    async def approximate(user_id: str, variant: str) -> str:
+        ivf.LISTS_PER_ROOT, ivf.PROBED_SHARE = VARIANTS[variant]
+        kept, cache.upkeep.ivf_min = cache.upkeep.ivf_min, 1
+        cache.forget(user_id)
+        entry = await cache.get(user_id)
+        await cache.settled()
+        cache.upkeep.ivf_min = kept
+        index = entry.vectors._index
+        assert entry.vectors.approximate, "no approximate index"
+        return f"IVF of {index.ntotal} vectors, {index.nprobe} of {index.nlist} lists probed"
+
+    return approximate
 
 
 def report(result: dict[str, Any]) -> None:
@@ -186,6 +229,13 @@ async def main() -> None:
         help="MEMPROXY_EMBEDDING_QUANTIZE: which texts the int8 export embeds",
     )  # fmt: skip
     parser.add_argument("--model", default="", help="MEMPROXY_EMBEDDING_MODEL (a local folder)")
+    parser.add_argument(
+        "--approximate", action="store_true",
+        help="in process: each user's questions searched again once their index is made an IVF "
+        "(app/memory/search/ivf.py) probing the share of its lists a 100,000-memory user's "
+        "probes (--probe-min 1: ceil(lists / 16) of them)",
+    )  # fmt: skip
+    parser.add_argument("--probe-min", type=int, default=1, help="with --approximate")
     args = parser.parse_args()
     data = json.loads(args.data.read_text())
 
@@ -222,7 +272,12 @@ async def main() -> None:
                 f"dense weight {settings.dense_weight}"
             )
         print(f"data: {args.data} ({len(data)} conversations)")
-        report(await evaluate(client, data))
+        approximate = None
+        if args.approximate and not args.url:
+            approximate = approximating(app.state.services.memory.cache, args.probe_min)
+        for name, result in (await evaluate(client, data, approximate)).items():
+            print(f"--- {name}")
+            report(result)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ class MemoryService:
         dense_weight: float = 0.5,
         cache_max_memories: int = 300_000,
         image_min_memories: int = 0,
+        ivf_min_vectors: int = 0,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -60,6 +61,7 @@ class MemoryService:
             embedder,
             max_memories=cache_max_memories,
             image_min_memories=image_min_memories,
+            ivf_min_vectors=ivf_min_vectors,
         )
         self.searcher = Searcher(self.cache, embedder, dense_weight=dense_weight)
         self._budget_warned = False

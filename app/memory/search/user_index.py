@@ -161,6 +161,10 @@ class UserIndex:
     """Provenance, both ways: a fact's key -> its episodes' keys, an episode's -> its facts'
     (recall never shows a fact beside the episode it came from)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    frozen: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while a thread reads the whole index (its image being made): nothing changes it
+    meanwhile (a catch-up waits, a write in place is left to the next catch-up), and searches,
+    which only read, go on."""
     changed: int = 0
     """Memories put or dropped since the index was built, restored or imaged: how far an image
     of it has fallen behind (:class:`~app.memory.search.cache.IndexCache` writes a new one)."""

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.search import cache as cache_module
 from app.memory.search import image
+from app.memory.search import upkeep as upkeep_module
 from app.memory.search.lexical import Analyzer
 from app.memory.search.parts import vector_model
 from app.memory.search.user_index import UserIndex
@@ -41,8 +42,8 @@ def service(engine: AsyncEngine, model: str = "fake-bow-64", images: int = 1) ->
 
 @pytest.fixture(autouse=True)
 def _images_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache_module, "IMAGE_EVERY_SECONDS", 0.0)
-    monkeypatch.setattr(cache_module, "IMAGE_MIN_CHANGES", 5)
+    monkeypatch.setattr(upkeep_module, "IMAGE_EVERY_SECONDS", 0.0)
+    monkeypatch.setattr(upkeep_module, "IMAGE_MIN_CHANGES", 5)
 
 
 async def imaged(memory: MemoryService, user: str) -> UserIndex:
@@ -97,7 +98,7 @@ async def test_a_restored_index_searches_as_the_built_one(engine: AsyncEngine) -
 
     restoring = service(engine)
     assert await ranking(restoring, "ann", QUERIES) == expected
-    assert restoring.cache.restores == 1
+    assert restoring.cache.upkeep.restores == 1
     same_index(built, await restoring.cache.get("ann"))
     assert await ranking(service(engine, images=0), "ann", QUERIES) == expected
 
@@ -114,7 +115,7 @@ async def test_a_stale_image_is_caught_up_before_it_serves(engine: AsyncEngine) 
 
     restoring = service(engine)
     got = await ranking(restoring, "ann", [*QUERIES, "zebra"])
-    assert restoring.cache.restores == 1
+    assert restoring.cache.upkeep.restores == 1
     assert got == await ranking(service(engine, images=0), "ann", [*QUERIES, "zebra"])
     assert added.id in [i for i, _ in got[-1]]
     deleted = {f.memory.id for f in found[1:]}
@@ -129,7 +130,7 @@ async def test_a_restored_index_changed_in_place_stays_right(engine: AsyncEngine
     await imaged(writer, "ann")
     restored = service(engine)
     await restored.search("ann", "warm up", limit=1, min_score=0)
-    assert restored.cache.restores == 1
+    assert restored.cache.upkeep.restores == 1
     new = (await restored.add("ann", [NewMemory(t) for t in sentences(8, seed=3)])).records
     found = await restored.search("ann", "coffee violin", limit=6, min_score=0)
     for f in found[:3]:
@@ -139,7 +140,7 @@ async def test_a_restored_index_changed_in_place_stays_right(engine: AsyncEngine
     assert await ranking(restored, "ann", [*QUERIES, "zebra"]) == expected
 
     entry = await imaged(restored, "ann")  # 8 + 3 + 4 changes: a new image
-    assert restored.cache.images >= 1
+    assert restored.cache.upkeep.images >= 1
     assert await restored.store.image_version("ann") == entry.version
     again = service(engine)
     assert await ranking(again, "ann", [*QUERIES, "zebra"]) == expected
@@ -155,12 +156,12 @@ async def test_an_image_of_another_model_or_damaged_is_built_anew(
 
     other = service(engine, model="fake-other")
     await other.search("ann", "warm up", limit=1, min_score=0)
-    assert other.cache.restores == 0  # re-embedded with its model, not the image's
+    assert other.cache.upkeep.restores == 0  # re-embedded with its model, not the image's
     await other.cache.settled()  # and the old model's image, which would keep it out, replaced
-    assert other.cache.images == 1
+    assert other.cache.upkeep.images == 1
     again = service(engine, model="fake-other")
     await again.search("ann", "warm up", limit=1, min_score=0)
-    assert again.cache.restores == 1
+    assert again.cache.upkeep.restores == 1
 
     async with writer.store.sessions.begin() as session:
         await session.execute(update(IndexImage).values(data=b"memproxy-index\n\x05\x00"))
@@ -170,10 +171,10 @@ async def test_an_image_of_another_model_or_damaged_is_built_anew(
     expected = await ranking(service(engine, images=0), "ann", QUERIES)
     damaged = service(engine)
     assert await ranking(damaged, "ann", QUERIES) == expected
-    assert damaged.cache.restores == 0
+    assert damaged.cache.upkeep.restores == 0
     assert "an index image that is not one" in caplog.text
     await damaged.cache.settled()
-    assert damaged.cache.images == 1  # the damaged one replaced
+    assert damaged.cache.upkeep.images == 1  # the damaged one replaced
 
 
 def _flip(data: bytes) -> bytes:
@@ -257,7 +258,7 @@ async def test_a_rebuild_reads_no_image_and_writes_a_new_one(engine: AsyncEngine
     first = await imaged(memory, "ann")
     rebuilt = await memory.cache.rebuild("ann")
     await memory.cache.settled()
-    assert rebuilt is not first and memory.cache.restores == 0
+    assert rebuilt is not first and memory.cache.upkeep.restores == 0
     assert await memory.store.image_version("ann") == rebuilt.version
     stored = await memory.store.image("ann")
     assert stored is not None and stored.version == rebuilt.version
@@ -271,7 +272,7 @@ async def test_only_users_above_the_minimum_get_an_image(engine: AsyncEngine) ->
     await imaged(memory, "large")
     assert await memory.store.image_version("small") is None
     assert await memory.store.image_version("large") is not None
-    assert memory.cache.images == 1
+    assert memory.cache.upkeep.images == 1
 
 
 async def test_a_large_image_is_stored_in_parts_and_read_whole(
