@@ -160,6 +160,10 @@ class Settings(ManagerSettings):
     """Longest the relevance judge may take; past it the search's order stands."""
     index_cache_max_memories: int = Field(default=300_000, ge=1)
     """Memories kept in the in-process search indexes (least recently used users evicted)."""
+    index_idle_seconds: float = Field(default=1800.0, ge=0)
+    """A user's search index not searched for this long is dropped and its memory given back to
+    the system (rebuilt, or loaded from its image, at the user's next chat); 0: kept until
+    MEMPROXY_INDEX_CACHE_MAX_MEMORIES evicts it."""
     index_image_min_memories: int = Field(default=10_000, ge=0)
     """Users with at least this many memories get an index image in the database (their search
     index, ~1 KB a memory and part): a restart or another replica loads it and catches up

@@ -109,6 +109,7 @@ def create_app(
             cache_max_memories=settings.index_cache_max_memories,
             image_min_memories=settings.index_image_min_memories,
             ivf_min_vectors=settings.index_ivf_min_vectors,
+            idle_seconds=settings.index_idle_seconds,
         )
         queue = JobQueue(
             store.sessions,

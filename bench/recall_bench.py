@@ -253,9 +253,9 @@ async def every_user(client: httpx.AsyncClient, cache: IndexCache, users: list[s
     print(f"every one of {len(users):,} more users searched once ({took:.0f} s): "
           f"{cache.memories_cached:,} memories cached, RSS {rss_mb():.0f} MB "
           f"(peak {peak_mb():.0f} MB)")  # fmt: skip
-    cache.forget()
-    gc.collect()
-    print(f"every index dropped: RSS {rss_mb():.0f} MB")
+    cache.forget()  # as MEMPROXY_INDEX_IDLE_SECONDS drops them: then malloc_trim in a thread
+    await cache.settled()
+    print(f"every index dropped (as when the users go idle): RSS {rss_mb():.0f} MB")
 
 
 async def restart(settings: Settings, size: int) -> None:

@@ -53,6 +53,7 @@ class MemoryService:
         cache_max_memories: int = 300_000,
         image_min_memories: int = 0,
         ivf_min_vectors: int = 0,
+        idle_seconds: float = 0.0,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -62,6 +63,7 @@ class MemoryService:
             max_memories=cache_max_memories,
             image_min_memories=image_min_memories,
             ivf_min_vectors=ivf_min_vectors,
+            idle_seconds=idle_seconds,
         )
         self.searcher = Searcher(self.cache, embedder, dense_weight=dense_weight)
         self._budget_warned = False

@@ -11,7 +11,9 @@ Promises:
   the next catch-up; an index is never marked newer than what it holds;
 - memories without a vector of the configured model are embedded while loading, and the vectors
   stored back (a model change re-embeds lazily, or all at once with ``memproxy index rebuild``);
-- the cache is bounded (least recently used users evicted) by the number of memories it holds;
+- the cache is bounded (least recently used users evicted) by the number of memories it holds,
+  and an index not searched for ``idle_seconds`` is dropped; what is dropped is given back to
+  the system (:mod:`.heap`);
 - a large user's index is restored from its image and caught up as any stale index is, and is
   kept quick in the background (:mod:`.upkeep`: images, an approximate vector index); a first
   build yields to the event loop between batches: other chats go on meanwhile.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -28,6 +31,7 @@ import numpy as np
 
 from app.memory.search.dense import VectorIndex
 from app.memory.search.embedder import TextEmbedder
+from app.memory.search.heap import give_back
 from app.memory.search.lexical import Analyzer, LexicalIndex
 from app.memory.search.parts import decode, embed_for_store, vector_model
 from app.memory.search.upkeep import Upkeep
@@ -38,6 +42,8 @@ from app.memory.store.tables import MemoryType
 
 logger = logging.getLogger("memproxy.memory")
 
+SWEEP_SECONDS = 30.0
+"""How often a recall looks for indexes idle past ``idle_seconds``."""
 STORE_BATCH = 256
 """Memories embedded and written back per round while loading an index."""
 BUILD_BATCH = 1000
@@ -55,6 +61,7 @@ class IndexCache:
         analyzer: Analyzer | None = None,
         image_min_memories: int = 0,
         ivf_min_vectors: int = 0,
+        idle_seconds: float = 0.0,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -62,6 +69,11 @@ class IndexCache:
         self._max_memories = max_memories
         self._entries: OrderedDict[str, UserIndex] = OrderedDict()
         self._loading: dict[str, asyncio.Task[UserIndex]] = {}
+        self._idle_seconds = idle_seconds
+        """Drop an index not searched for this long (0: kept until evicted)."""
+        self._used_at: dict[str, float] = {}
+        self._swept_at = time.monotonic()
+        self._trims: set[asyncio.Task[None]] = set()
         self.upkeep = Upkeep(
             store,
             embedder,
@@ -78,6 +90,10 @@ class IndexCache:
     async def get(self, user_id: str) -> UserIndex:
         """The user's index, current as of this call (see the module docstring)."""
         version = await self._store.version(user_id)
+        now = time.monotonic()
+        self._used_at[user_id] = now
+        if self._idle_seconds and now - self._swept_at >= SWEEP_SECONDS:
+            self.sweep(now)
         entry = self._entries.get(user_id)
         if entry is not None and entry.version == version:
             self._entries.move_to_end(user_id)
@@ -214,20 +230,58 @@ class IndexCache:
 
     def _evict(self, keep: str) -> None:
         total = sum(len(e) for e in self._entries.values())
+        dropped = 0
         for user_id in list(self._entries):
             if total <= self._max_memories:
                 break
             if user_id == keep:
                 continue
             total -= len(self._entries.pop(user_id))
+            self._used_at.pop(user_id, None)
+            dropped += 1
+        if dropped:
+            self._give_back()
+
+    def sweep(self, now: float) -> int:
+        """Drop the indexes not searched since `now - idle_seconds` (least recently used
+        first); how many."""
+        self._swept_at = now
+        dropped = 0
+        for user_id in list(self._entries):  # least recently used first
+            if now - self._used_at.get(user_id, now) < self._idle_seconds:
+                break
+            if user_id in self._loading or self._entries[user_id].lock.locked():
+                continue
+            del self._entries[user_id]
+            self._used_at.pop(user_id, None)
+            dropped += 1
+        if dropped:
+            logger.info("dropped the indexes of %d users not searched for a while", dropped)
+            self._give_back()
+        return dropped
+
+    def _give_back(self) -> None:
+        """Return the freed memory to the system, in a thread (~ms, more for a large heap)."""
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(give_back))
+        self._trims.add(task)
+        task.add_done_callback(self._trims.discard)
 
     def forget(self, user_id: str | None = None) -> None:
         """Drop one user's index (or all): the next recall rebuilds it from the store."""
         if user_id is None:
+            dropped = bool(self._entries)
             self._entries.clear()
+            self._used_at.clear()
         else:
-            self._entries.pop(user_id, None)
+            dropped = self._entries.pop(user_id, None) is not None
+            self._used_at.pop(user_id, None)
             self.upkeep.forget(user_id)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if dropped:
+            self._give_back()
 
     @property
     def memories_cached(self) -> int:
@@ -236,6 +290,7 @@ class IndexCache:
     async def settled(self) -> None:
         """Return once the background work under way is done (benches, tests)."""
         await self.upkeep.settled()
+        await asyncio.gather(*self._trims)
 
     async def close(self) -> None:
         await self.upkeep.close()
