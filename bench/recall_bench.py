@@ -254,8 +254,10 @@ async def every_user(client: httpx.AsyncClient, cache: IndexCache, users: list[s
           f"{cache.memories_cached:,} memories cached, RSS {rss_mb():.0f} MB "
           f"(peak {peak_mb():.0f} MB)")  # fmt: skip
     cache.forget()  # as MEMPROXY_INDEX_IDLE_SECONDS drops them: then malloc_trim in a thread
+    dropped = rss_mb()
     await cache.settled()
-    print(f"every index dropped (as when the users go idle): RSS {rss_mb():.0f} MB")
+    print(f"every index dropped (as when the users go idle): RSS {dropped:.0f} MB, then "
+          f"{rss_mb():.0f} MB once the freed memory is given back (malloc_trim)")  # fmt: skip
 
 
 async def restart(settings: Settings, size: int) -> None:
@@ -264,9 +266,12 @@ async def restart(settings: Settings, size: int) -> None:
     user_id = f"u{size // 1000}k"
     async with running(settings) as (app, client):
         loaded = await first_search(client, {"X-User-Id": user_id})
-        assert app.state.services.memory.cache.upkeep.restores == 1, "no image was loaded"
+        cache = app.state.services.memory.cache
+        assert cache.upkeep.restores == 1, "no image was loaded"
+        entry = cache.cached(user_id)
+        kind = "approximate" if entry is not None and entry.vectors.approximate else "exhaustive"
     print(f"after a restart (new app, same database): first search of the {size:,}-memory user, "
-          f"loading its index image and catching up: {loaded}")  # fmt: skip
+          f"loading its index image ({kind}) and catching up: {loaded}")  # fmt: skip
     without = settings.model_copy(update={"index_image_min_memories": 0})
     async with running(without) as (app, client):
         build = await first_search(client, {"X-User-Id": user_id})

@@ -144,11 +144,15 @@ class Upkeep:
 
         task.add_done_callback(done)
 
-    async def _write_image(self, user_id: str, entry: UserIndex) -> None:
+    async def _write_image(self, user_id: str, entry: UserIndex, *, better: bool = False) -> None:
+        """`better`: the index is searched better than its stored image at the same version
+        (its approximate index was just trained)."""
         self._imaged_at[user_id] = time.monotonic()
         try:
             stored = await self._store.image_version(user_id)
-            if stored is not None and stored >= entry.version:
+            if stored is not None and (
+                stored > entry.version or (stored == entry.version and not better)
+            ):
                 entry.changed = 0  # another process's image is as new
                 return
             async with self._one_job, entry.frozen:
@@ -156,7 +160,7 @@ class Upkeep:
                 changed, version = entry.changed, entry.version
                 data = await asyncio.to_thread(image.dump, entry, vector_model(self._embedder))
                 took = time.perf_counter() - started
-            if await self._store.keep_image(user_id, version, data):
+            if await self._store.keep_image(user_id, version, data, replace_same=better):
                 self.images += 1
                 logger.info(
                     "index image of a user: %d memories at version %d, %.0f MB (%.2f s to make)",
@@ -189,7 +193,7 @@ class Upkeep:
         entry.changed += len(entry)  # its image holds the exhaustive index: a new one
         self._imaged_at.pop(user_id, None)
         if self.image_min and len(entry) >= self.image_min:
-            self._start(self._imaging, user_id, self._write_image(user_id, entry))
+            self._start(self._imaging, user_id, self._write_image(user_id, entry, better=True))
 
     async def settled(self) -> None:
         """Return once the image writes and trainings under way are done (benches, tests)."""

@@ -68,9 +68,12 @@ class IndexImages:
             )
         return None if found is None else int(found)
 
-    async def keep_image(self, user_id: str, version: int, data: bytes) -> bool:
-        """Store the image of the user's index at `version` in place of an older one; False
-        when the stored one (or the user's erasure) is as new."""
+    async def keep_image(
+        self, user_id: str, version: int, data: bytes, *, replace_same: bool = False
+    ) -> bool:
+        """Store the image of the user's index at `version` in place of an older one (or, with
+        `replace_same`, of one as old: the same memories, searched otherwise); False when the
+        stored one (or the user's erasure) is newer, or as new."""
         chunks = [data[i : i + PART_BYTES] for i in range(0, len(data), PART_BYTES)] or [b""]
         for _ in range(2):  # two replicas inserting at once: one loses the race, then looks again
             try:
@@ -80,7 +83,9 @@ class IndexImages:
                             IndexImage.user_id == user_id, IndexImage.part == 0
                         )
                     )
-                    if stored is not None and stored >= version:
+                    if stored is not None and (
+                        stored > version or (stored == version and not replace_same)
+                    ):
                         return False
                     await _delete(session, user_id)
                     stamp = now()

@@ -103,6 +103,14 @@ async def test_a_large_users_index_becomes_approximate_in_the_background(
     )
     texts = sentences(400)
     await memory.add("ann", [NewMemory(t) for t in texts])
+    exhaustive_first = MemoryService(
+        MemoryStore(engine),
+        FakeEmbedder(),  # type: ignore[arg-type]
+        image_min_memories=100,
+    )
+    await exhaustive_first.cache.get("ann")
+    await exhaustive_first.cache.settled()
+    assert await exhaustive_first.store.image("ann") is not None
     await memory.add("bob", [NewMemory(t) for t in texts[:100]])
     exhaustive = await ranking(MemoryService(MemoryStore(engine), FakeEmbedder()), "ann", ["cello"])  # type: ignore[arg-type]
     entry = await memory.cache.get("ann")
@@ -112,7 +120,8 @@ async def test_a_large_users_index_becomes_approximate_in_the_background(
     found = await ranking(memory, "ann", ["cello"])
     assert found[0][:3] == exhaustive[0][:3]
 
-    # its image holds the approximate index: a new process does not train again
+    # its image holds the approximate index (also when an image of the exhaustive one, of the
+    # same memories, was stored before it): a new process does not train again
     again = MemoryService(
         MemoryStore(engine),
         FakeEmbedder(),  # type: ignore[arg-type]
