@@ -43,7 +43,7 @@ from app.memory.store.tables import MemoryType
 logger = logging.getLogger("memproxy.memory")
 
 SWEEP_SECONDS = 30.0
-"""How often a recall looks for indexes idle past ``idle_seconds``."""
+"""How often the cache looks for indexes idle past ``idle_seconds``."""
 STORE_BATCH = 256
 """Memories embedded and written back per round while loading an index."""
 BUILD_BATCH = 1000
@@ -72,7 +72,7 @@ class IndexCache:
         self._idle_seconds = idle_seconds
         """Drop an index not searched for this long (0: kept until evicted)."""
         self._used_at: dict[str, float] = {}
-        self._swept_at = time.monotonic()
+        self._sweeper: asyncio.Task[None] | None = None
         self._trims: set[asyncio.Task[None]] = set()
         self.upkeep = Upkeep(
             store,
@@ -92,8 +92,8 @@ class IndexCache:
         version = await self._store.version(user_id)
         now = time.monotonic()
         self._used_at[user_id] = now
-        if self._idle_seconds and now - self._swept_at >= SWEEP_SECONDS:
-            self.sweep(now)
+        if self._idle_seconds and self._sweeper is None:  # also when no one chats any more
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweeping())
         entry = self._entries.get(user_id)
         if entry is not None and entry.version == version:
             self._entries.move_to_end(user_id)
@@ -130,6 +130,7 @@ class IndexCache:
             else:
                 await self._catch_up(user_id, entry)
             self._entries[user_id] = entry
+            self._used_at.setdefault(user_id, time.monotonic())
         else:
             await self._catch_up(user_id, entry)
         self.loads += 1
@@ -154,7 +155,8 @@ class IndexCache:
     async def _catch_up(self, user_id: str, entry: UserIndex) -> None:
         """Bring an index up to the store: the rows written since its version, and the
         deletions when the count says there were some."""
-        async with entry.lock, entry.frozen:
+        # frozen first: while an image is made the user's searches go on, this waits unlocked
+        async with entry.frozen, entry.lock:
             snapshot = await self._store.snapshot(user_id, since=entry.version)
             await self._put(user_id, entry, snapshot.rows, snapshot.links)
             if len(entry) != snapshot.total:  # deletions (or rows newer than the snapshot)
@@ -242,18 +244,24 @@ class IndexCache:
         if dropped:
             self._give_back()
 
+    async def _sweeping(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            self.sweep(time.monotonic())
+
     def sweep(self, now: float) -> int:
         """Drop the indexes not searched since `now - idle_seconds` (least recently used
         first); how many."""
-        self._swept_at = now
         dropped = 0
         for user_id in list(self._entries):  # least recently used first
-            if now - self._used_at.get(user_id, now) < self._idle_seconds:
+            if now - self._used_at.get(user_id, 0.0) < self._idle_seconds:
                 break
-            if user_id in self._loading or self._entries[user_id].lock.locked():
+            entry = self._entries[user_id]
+            if user_id in self._loading or entry.lock.locked() or entry.frozen.locked():
                 continue
             del self._entries[user_id]
             self._used_at.pop(user_id, None)
+            self.upkeep.forget(user_id)
             dropped += 1
         if dropped:
             logger.info("dropped the indexes of %d users not searched for a while", dropped)
@@ -293,4 +301,6 @@ class IndexCache:
         await asyncio.gather(*self._trims)
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         await self.upkeep.close()

@@ -106,20 +106,31 @@ class VectorIndex:
         return best.astype(np.float32)
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every vector's id and the vector (as float32, a copy), for an index made from them
-        elsewhere; the changes from now on are remembered for :meth:`adopt`. Read only: a
-        thread may take it while nothing changes the index."""
+        """Every vector's id and the vector (a copy, in half precision: the exhaustive index's
+        own codes), for an index made from them elsewhere; the changes from now on are
+        remembered for :meth:`adopt`. Read only: a thread may take it while nothing changes
+        the index."""
         self._touched = set()
         if self.approximate:
             ids = parts_ids(
                 np.fromiter(self._parts.keys(), np.int64, len(self._parts)),
                 np.fromiter(self._parts.values(), np.int64, len(self._parts)),
             )
-            return ids, self._index.reconstruct_batch(ids)
+            return ids, self._index.reconstruct_batch(ids).astype(np.float16)
         mapped: Any = self._index
-        storage = faiss.downcast_index(mapped.index)
+        storage: Any = faiss.downcast_index(mapped.index)
         ids = faiss.vector_to_array(mapped.id_map).copy()
-        return ids, storage.reconstruct_n(0, storage.ntotal)
+        codes = faiss.vector_to_array(storage.codes)  # fp16 codes: IEEE half floats, as stored
+        return ids, codes.view(np.float16).reshape(-1, self.dim)
+
+    def exhaustive(self) -> None:
+        """Search every vector again (an approximate index no longer wanted), in place."""
+        if self.approximate:
+            ids, matrix = self.snapshot()
+            self._touched = None
+            flat = VectorIndex(self.dim)
+            flat._index.add_with_ids(matrix.astype(np.float32), ids)
+            self._index, self.trained_at = flat._index, 0
 
     def abandon(self) -> None:
         """No index made from the snapshot will be adopted: stop remembering changes."""
@@ -149,7 +160,10 @@ class VectorIndex:
         """The index as arrays, for :meth:`restore` (FAISS's own serialisation of its vectors)."""
         keys = np.fromiter(self._parts.keys(), np.int64, len(self._parts))
         parts = np.fromiter(self._parts.values(), np.int64, len(self._parts))
-        return {"faiss": faiss.serialize_index(self._index), "keys": keys, "parts": parts}
+        return {
+            "faiss": faiss.serialize_index(self._index), "keys": keys, "parts": parts,
+            "trained_at": np.array([self.trained_at], dtype=np.int64),
+        }  # fmt: skip
 
     @classmethod
     def restore(cls, dim: int, arrays: Mapping[str, np.ndarray]) -> VectorIndex:
@@ -158,8 +172,7 @@ class VectorIndex:
         if not isinstance(restored, faiss.IndexIDMap2 | faiss.IndexIVF) or restored.d != dim:
             raise ValueError("not an index of this dimension")
         index._index = restored
-        if index.approximate:
-            index.trained_at = int(restored.ntotal)
+        index.trained_at = int(arrays["trained_at"][0]) if index.approximate else 0
         index._parts = dict(zip(arrays["keys"].tolist(), arrays["parts"].tolist(), strict=True))
         if sum(index._parts.values()) != restored.ntotal:
             raise ValueError("the parts do not match the vectors")

@@ -10,7 +10,6 @@ nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import sys
 
@@ -21,7 +20,7 @@ def _trim() -> ctypes._NamedFuncPointer | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL("libc.so.6")
         trim: ctypes._NamedFuncPointer = libc.malloc_trim
     except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
         return None

@@ -37,7 +37,7 @@ from app.memory.search.user_index import Briefs, UserIndex
 logger = logging.getLogger("memproxy.memory")
 
 MAGIC = b"memproxy-index\n"
-FORMAT = 1
+FORMAT = 2
 """Bump when the layout or what an index holds changes: older images are then rebuilt."""
 ANALYZER = (
     "snowball-english/" + hashlib.sha256(" ".join(sorted(STOP_WORDS)).encode()).hexdigest()[:12]
@@ -151,6 +151,7 @@ def _arrays(data: bytes, header: Mapping[str, Any], start: int) -> dict[str, np.
 
 _KINDS = {
     "vectors.faiss": "|u1", "vectors.keys": "<i8", "vectors.parts": "<i8",
+    "vectors.trained_at": "<i8",
     "lexical.vocabulary": "|u1", "lexical.term_ptr": "<i8", "lexical.slots": "<i4",
     "lexical.tf": "<f8", "lexical.doc_ptr": "<i8", "lexical.doc_terms": "<i4",
     "lexical.keys": "<i8", "lexical.lengths": "<f8",

@@ -35,6 +35,10 @@ PROBE_MIN = 8
 TRAIN_PER_LIST = 40
 """Vectors k-means is trained on, per list (FAISS warns below 39)."""
 TRAIN_ITERATIONS = 10
+ADD_CHUNK = 65536
+FLOOR = 256
+"""An index of fewer vectors is never approximate, whatever the setting (k-means needs more
+points than lists; so small an index is scanned in microseconds)."""
 GROWTH_TO_RETRAIN = 4
 """An IVF trained at n vectors is trained again once it holds this many times n."""
 
@@ -44,8 +48,9 @@ def nprobe_for(lists: int) -> int:
 
 
 def build_ivf(dim: int, ids: np.ndarray, vectors: np.ndarray, *, seed: int = 1) -> faiss.IndexIVF:
-    """An IVF index of these (id, vector) pairs, its lists trained on a sample of them. Pure
-    (no shared state): run it in a worker thread."""
+    """An IVF index of these (id, vector) pairs (`vectors` in half precision, converted a chunk at
+    a time: a million vectors are not copied whole again), its lists trained on a sample of
+    them. Pure (no shared state): run it in a worker thread."""
     lists = max(LISTS_MIN, round(LISTS_PER_ROOT * math.sqrt(len(vectors))))
     index: Any = faiss.index_factory(dim, f"IVF{lists},SQfp16", faiss.METRIC_INNER_PRODUCT)
     index.by_residual = False  # the fp16 codes hold the vectors themselves, as the flat index's
@@ -55,11 +60,13 @@ def build_ivf(dim: int, ids: np.ndarray, vectors: np.ndarray, *, seed: int = 1) 
     if sample > lists * TRAIN_PER_LIST:
         sample = lists * TRAIN_PER_LIST
         picked = np.random.default_rng(seed).choice(len(vectors), sample, replace=False)
-        index.train(np.ascontiguousarray(vectors[np.sort(picked)]))
+        index.train(vectors[np.sort(picked)].astype(np.float32))
     else:
-        index.train(np.ascontiguousarray(vectors))
+        index.train(vectors.astype(np.float32))
     index.set_direct_map_type(faiss.DirectMap.Hashtable)  # type: ignore[attr-defined]
-    index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
+    for start in range(0, len(vectors), ADD_CHUNK):
+        chunk = slice(start, start + ADD_CHUNK)
+        index.add_with_ids(vectors[chunk].astype(np.float32), np.ascontiguousarray(ids[chunk]))
     index.nprobe = nprobe_for(lists)
     built: faiss.IndexIVF = index
     return built

@@ -20,60 +20,18 @@ So a score is in [0, 1): 0 shares no word with the query; near 1 holds all its r
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import chain
 
 import numpy as np
-import Stemmer  # type: ignore[import-not-found]
+
+from app.memory.search.analysis import QUESTION_WORDS as QUESTION_WORDS
+from app.memory.search.analysis import STOP_WORDS as STOP_WORDS
+from app.memory.search.analysis import Analyzer as Analyzer
 
 K1 = 1.2
 B = 0.75
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-
-STOP_WORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being
-    below between both but by can could did do does doing down during each few for from further had
-    has have having he her here hers herself him himself his how i if in into is it its itself just
-    me more most my myself no nor not now of off on once only or other our ours ourselves out over
-    own same she should so some such than that the their theirs them themselves then there these
-    they this those through to too under until up very was we were what when where which while who
-    whom why will with would you your yours yourself yourselves s t d ll m re ve don didn doesn
-    isn wasn weren won wouldn couldn shouldn""".split()
-)
-QUESTION_WORDS = frozenset(
-    """what when where which who whom whose why how did does do is was were are has have had
-    can could would should will ever kind sort type tell say said know think remember much many
-    long likely""".split()
-)
-"""Dropped from queries only: they shape the question, not what the answer is about."""
-
-
-class Analyzer:
-    """Text to index terms. Stems are cached: the vocabulary of one household is small."""
-
-    def __init__(self) -> None:
-        self._stemmer = Stemmer.Stemmer("english")
-        self._stems: dict[str, str] = {}
-
-    def terms(self, text: str) -> list[str]:
-        words = [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
-        return [self._stem(w) for w in words]
-
-    def query_terms(self, text: str) -> list[str]:
-        """The distinct terms of a query, question words dropped, in order of appearance."""
-        words = [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
-        words = [w for w in words if w not in QUESTION_WORDS]
-        return list(dict.fromkeys(self._stem(w) for w in words))
-
-    def _stem(self, word: str) -> str:
-        stem = self._stems.get(word)
-        if stem is None:
-            stem = self._stemmer.stemWord(word)
-            if len(self._stems) < 200_000:
-                self._stems[word] = stem
-        return stem
 
 
 class LexicalIndex:

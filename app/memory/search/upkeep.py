@@ -25,7 +25,7 @@ from typing import Any
 
 from app.memory.search import image
 from app.memory.search.embedder import TextEmbedder
-from app.memory.search.ivf import GROWTH_TO_RETRAIN, build_ivf
+from app.memory.search.ivf import FLOOR, GROWTH_TO_RETRAIN, build_ivf
 from app.memory.search.lexical import Analyzer
 from app.memory.search.parts import vector_model
 from app.memory.search.user_index import UserIndex
@@ -45,8 +45,18 @@ TRAIN_RETRY_SECONDS = 600.0
 """The least time between two trainings of a user's approximate index from this process."""
 
 
-def _load(parts: list[bytes], model: str, dim: int, analyzer: Analyzer) -> UserIndex | None:
-    return image.load(b"".join(parts), model=model, dim=dim, analyzer=analyzer)
+def _load(
+    parts: list[bytes], model: str, dim: int, analyzer: Analyzer, ivf_min: int
+) -> UserIndex | None:
+    entry = image.load(b"".join(parts), model=model, dim=dim, analyzer=analyzer)
+    if entry is not None and entry.vectors.approximate and not _approximate(entry, ivf_min):
+        entry.vectors.exhaustive()  # the setting changed since: as the operator wants it now
+    return entry
+
+
+def _approximate(entry: UserIndex, ivf_min: int) -> bool:
+    """Whether the setting wants the index approximate."""
+    return bool(ivf_min) and entry.vectors.vectors >= max(ivf_min, FLOOR)
 
 
 class Upkeep:
@@ -85,7 +95,9 @@ class Upkeep:
             return None
         model, dim = vector_model(self._embedder), self._embedder.dim
         try:  # no one else's yet; ~0.3 s at 100k memories: off the event loop
-            entry = await asyncio.to_thread(_load, stored.parts, model, dim, self._analyzer)
+            entry = await asyncio.to_thread(
+                _load, stored.parts, model, dim, self._analyzer, self.ivf_min
+            )
         except Exception:  # whatever it holds, a damaged image costs a build, never a recall
             logger.exception("an index image that does not load: building from the memories")
             entry = None
@@ -105,7 +117,7 @@ class Upkeep:
     def offer(self, user_id: str, entry: UserIndex) -> None:
         """Start what the index is due for: an approximate index, a new image."""
         vectors = entry.vectors
-        due = self.ivf_min and vectors.vectors >= self.ivf_min
+        due = _approximate(entry, self.ivf_min)
         if due and vectors.approximate:
             due = vectors.vectors >= vectors.trained_at * GROWTH_TO_RETRAIN
         if due and self._rested(self._trained_tried, user_id, TRAIN_RETRY_SECONDS):
@@ -179,7 +191,9 @@ class Upkeep:
                 async with entry.frozen:
                     ids, matrix = await asyncio.to_thread(vectors.snapshot)
                 index = await asyncio.to_thread(build_ivf, vectors.dim, ids, matrix)
-            vectors.adopt(index, len(ids))  # with the changes made meanwhile
+                del matrix
+                async with entry.frozen:  # the changes made meanwhile given to it, off the loop
+                    await asyncio.to_thread(vectors.adopt, index, len(ids))
             self.trainings += 1
             logger.info(
                 "approximate index of a user: %d vectors in %d lists (%.1f s to train)",

@@ -39,8 +39,12 @@ async def test_an_idle_users_index_is_dropped_and_its_memory_given_back(
     assert memory.cache.cached("ann") is not None  # 40 s: not idle yet
     clock[0] = 1070.0
     await ranking(memory, "bob", ["cello"])  # ann: 70 s without a search
+    async with (await memory.cache.get("bob")).lock:  # one in use is never dropped
+        clock[0] = 1200.0
+        assert memory.cache.sweep(1130.0) == 1  # what the cache's sweeper does every 30 s
     await memory.cache.settled()
     assert memory.cache.cached("ann") is None and memory.cache.cached("bob") is not None
+    assert memory.cache._sweeper is not None  # started by the first search
     assert trims == [1]
     loads = memory.cache.loads
     assert await ranking(memory, "ann", ["cello", "kayak"]) == before
@@ -57,7 +61,7 @@ async def test_without_an_idle_time_indexes_stay(
     await ranking(memory, "ann", ["cello"])
     clock[0] = 1_000_000.0
     await ranking(memory, "bob", ["cello"])
-    assert memory.cache.cached("ann") is not None
+    assert memory.cache.cached("ann") is not None and memory.cache._sweeper is None
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")

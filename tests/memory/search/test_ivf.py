@@ -5,6 +5,8 @@ index becomes approximate past MEMPROXY_INDEX_IVF_MIN_VECTORS, in the background
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -80,11 +82,19 @@ def test_an_ivf_goes_into_the_image_and_comes_back() -> None:
     index, _ = filled(rng, range(1, 900))
     ids, matrix = index.snapshot()
     index.adopt(build_ivf(DIM, ids, matrix), len(ids))
+    grown = {k: vectors(rng, 2) for k in range(2000, 3000)}
+    index.add(list(grown), list(grown.values()))  # grown since its training
     restored = VectorIndex.restore(DIM, index.export())
-    assert restored.approximate and restored.trained_at == index.vectors
+    assert restored.approximate and restored.trained_at == len(ids) < restored.vectors
     same_answers(index, restored, rng)
     restored.remove([5, 6])
     assert len(restored) == len(index) - 2
+    restored.exhaustive()  # no longer wanted: every vector searched again, the same ones
+    assert not restored.approximate and restored.trained_at == 0
+    index.remove([5, 6])
+    ivf: Any = index._index
+    ivf.nprobe = ivf.nlist  # every list: what the exhaustive scan finds
+    same_answers(restored, index, rng)
 
 
 def test_a_search_probes_a_quarter_of_the_lists_and_at_least_eight() -> None:
@@ -132,3 +142,26 @@ async def test_a_large_users_index_becomes_approximate_in_the_background(
     await again.cache.settled()
     assert again.cache.upkeep.restores == 1 and restored.vectors.approximate
     assert again.cache.upkeep.trainings == 0
+
+    # the setting turned off since: the image's IVF is searched exhaustively again
+    off = MemoryService(
+        MemoryStore(engine),
+        FakeEmbedder(),  # type: ignore[arg-type]
+        image_min_memories=100,
+    )
+    assert not (await off.cache.get("ann")).vectors.approximate
+    assert off.cache.upkeep.restores == 1
+    assert await ranking(off, "ann", ["cello"]) == exhaustive
+
+
+async def test_a_tiny_index_is_never_approximate(engine: AsyncEngine) -> None:
+    memory = MemoryService(
+        MemoryStore(engine),
+        FakeEmbedder(),  # type: ignore[arg-type]
+        ivf_min_vectors=1,
+    )
+    await memory.add("ann", [NewMemory(t) for t in sentences(100)])
+    entry = await memory.cache.get("ann")
+    await memory.cache.settled()
+    assert entry.vectors.vectors < 256 and not entry.vectors.approximate
+    assert memory.cache.upkeep.trainings == 0
