@@ -5,6 +5,7 @@ index becomes approximate past MEMPROXY_INDEX_IVF_MIN_VECTORS, in the background
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -165,3 +166,41 @@ async def test_a_tiny_index_is_never_approximate(engine: AsyncEngine) -> None:
     await memory.cache.settled()
     assert entry.vectors.vectors < 256 and not entry.vectors.approximate
     assert memory.cache.upkeep.trainings == 0
+
+
+async def test_changes_made_while_it_trains_reach_the_approximate_index(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memories added, changed and deleted (in place) while the IVF is trained in its thread
+    are in it once adopted: probing every list, it ranks as an exhaustive index built anew."""
+    gate = threading.Event()
+    real = upkeep_module.build_ivf
+
+    def held(*args: Any, **kw: Any) -> Any:
+        assert gate.wait(10)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(upkeep_module, "build_ivf", held)
+    memory = MemoryService(
+        MemoryStore(engine),
+        FakeEmbedder(),  # type: ignore[arg-type]
+        ivf_min_vectors=300,
+    )
+    await memory.add("ann", [NewMemory(t) for t in sentences(400)])
+    entry = await memory.cache.get("ann")  # its training starts, and waits for the gate
+    assert not entry.vectors.approximate
+    await memory.add("ann", [NewMemory(f"zebra {t}") for t in sentences(20, seed=5)])
+    found = await memory.search("ann", "cello violin", limit=6, min_score=0)
+    await memory.update("ann", found[0].memory.id, content="a zebra in Lyon. It sings.")
+    await memory.delete("ann", [f.memory.id for f in found[1:]])
+    assert memory.cache.cached("ann") is entry and entry.version == (
+        await memory.store.version("ann")
+    )  # all of it applied in place, while the training waits
+    gate.set()
+    await memory.cache.settled()
+    assert entry.vectors.approximate and memory.cache.upkeep.trainings == 1
+    ivf: Any = entry.vectors._index
+    ivf.nprobe = ivf.nlist
+    queries = ["zebra", "cello violin", "lyon sings", "kayak coffee"]
+    fresh = MemoryService(MemoryStore(engine), FakeEmbedder())  # type: ignore[arg-type]
+    assert await ranking(memory, "ann", queries) == await ranking(fresh, "ann", queries)
