@@ -303,4 +303,5 @@ class IndexCache:
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         await self.upkeep.close()

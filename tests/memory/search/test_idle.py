@@ -49,6 +49,8 @@ async def test_an_idle_users_index_is_dropped_and_its_memory_given_back(
     loads = memory.cache.loads
     assert await ranking(memory, "ann", ["cello", "kayak"]) == before
     assert memory.cache.loads == loads + 1
+    await memory.cache.close()  # its sweeper stopped
+    assert memory.cache._sweeper is not None and memory.cache._sweeper.cancelled()
 
 
 async def test_without_an_idle_time_indexes_stay(
