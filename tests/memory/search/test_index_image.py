@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -32,12 +33,27 @@ from tests.memory.search.test_recall_index import ranking, sentences
 QUERIES = ["violin and garden", "kayak camping trip", "coffee", "nothing zzz", "oslo nurse tea"]
 
 
+_MADE: list[MemoryService] = []
+
+
 def service(engine: AsyncEngine, model: str = "fake-bow-64", images: int = 1) -> MemoryService:
-    return MemoryService(
+    made = MemoryService(
         MemoryStore(engine),
         FakeEmbedder(model),  # type: ignore[arg-type]
         image_min_memories=images,
     )
+    _MADE.append(made)
+    return made
+
+
+@pytest.fixture(autouse=True)
+async def _settled() -> AsyncIterator[None]:
+    """No image write of a test's services left running once it ends (its connection with it)."""
+    yield
+    while _MADE:
+        made = _MADE.pop()
+        await made.cache.settled()
+        await made.cache.close()
 
 
 @pytest.fixture(autouse=True)
@@ -196,7 +212,7 @@ def _flip(data: bytes) -> bytes:
 async def test_a_damaged_image_loads_as_none(engine: AsyncEngine, damage: Any) -> None:
     memory = service(engine)
     await populate(memory)
-    entry = await memory.cache.get("ann")
+    entry = await imaged(memory, "ann")  # no image write left running past the test
     model = vector_model(memory.embedder)
     data = image.dump(entry, model)
     assert image.load(data, model=model, dim=64, analyzer=Analyzer()) is not None
@@ -220,7 +236,7 @@ async def test_an_image_whose_checksum_holds_but_not_its_sense_loads_as_none(
     """Made so (its checksum over what it holds): every array is checked before it is used."""
     memory = service(engine)
     await populate(memory)
-    entry = await memory.cache.get("ann")
+    entry = await imaged(memory, "ann")  # no image write left running past the test
     part, name, change = break_it
     holder = {"lexical": entry.lexical, "briefs": entry.briefs, "vectors": entry.vectors}[part]
     exported = holder.export()
