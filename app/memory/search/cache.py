@@ -98,11 +98,7 @@ class IndexCache:
         if entry is not None and entry.version == version:
             self._entries.move_to_end(user_id)
             return entry
-        task = self._loading.get(user_id)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._load(user_id, images=True))
-            self._loading[user_id] = task
-            task.add_done_callback(lambda _: self._loading.pop(user_id, None))
+        task = self._loading.get(user_id) or self._start_load(user_id, images=True)
         entry = await asyncio.shield(task)
         if entry.version < version:  # that load began before the write we were told about
             return await self.get(user_id)
@@ -116,10 +112,14 @@ class IndexCache:
             await asyncio.shield(task)
         self.forget(user_id)
         await self._store.drop_image(user_id)
-        task = asyncio.get_running_loop().create_task(self._load(user_id, images=False))
+        return await asyncio.shield(self._start_load(user_id, images=False))
+
+    def _start_load(self, user_id: str, *, images: bool) -> asyncio.Task[UserIndex]:
+        """The user's load, as the one under way that later callers wait for."""
+        task = asyncio.get_running_loop().create_task(self._load(user_id, images=images))
         self._loading[user_id] = task
         task.add_done_callback(lambda _: self._loading.pop(user_id, None))
-        return await asyncio.shield(task)
+        return task
 
     async def _load(self, user_id: str, *, images: bool) -> UserIndex:
         entry = self._entries.get(user_id)
@@ -225,10 +225,9 @@ class IndexCache:
     def _current_before(self, user_id: str, version: int) -> UserIndex | None:
         """The entry, if a write at `version` can be applied to it in place right now."""
         entry = self._entries.get(user_id)
-        busy = entry is None or entry.lock.locked() or entry.frozen.locked()
-        if busy or entry is None or entry.version != version - 1:
+        if entry is None or entry.lock.locked() or entry.frozen.locked():
             return None  # the next get() catches up from the store
-        return entry
+        return entry if entry.version == version - 1 else None
 
     def _evict(self, keep: str) -> None:
         total = sum(len(e) for e in self._entries.values())

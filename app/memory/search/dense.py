@@ -75,11 +75,7 @@ class VectorIndex:
         present = [(k, self._parts.pop(k)) for k in keys if k in self._parts]
         if present:
             held, parts = np.array(present, dtype=np.int64).T
-            ids = np.ascontiguousarray(parts_ids(held, parts))
-            if self.approximate:  # by its id -> list table: only the lists that hold them
-                self._index.remove_ids(faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids)))
-            else:
-                self._index.remove_ids(faiss.IDSelectorBatch(ids))
+            _remove_ids(self._index, parts_ids(held, parts))
             if self._touched is not None:
                 self._touched.update(int(k) for k in held)
 
@@ -111,6 +107,9 @@ class VectorIndex:
         remembered for :meth:`adopt`. Read only: a thread may take it while nothing changes
         the index."""
         self._touched = set()
+        return self._every_vector()
+
+    def _every_vector(self) -> tuple[np.ndarray, np.ndarray]:
         if self.approximate:
             ids = parts_ids(
                 np.fromiter(self._parts.keys(), np.int64, len(self._parts)),
@@ -126,8 +125,7 @@ class VectorIndex:
     def exhaustive(self) -> None:
         """Search every vector again (an approximate index no longer wanted), in place."""
         if self.approximate:
-            ids, matrix = self.snapshot()
-            self._touched = None
+            ids, matrix = self._every_vector()
             flat = VectorIndex(self.dim)
             flat._index.add_with_ids(matrix.astype(np.float32), ids)
             self._index, self.trained_at = flat._index, 0
@@ -144,10 +142,8 @@ class VectorIndex:
         self._touched = None
         if touched:
             keys = np.array(touched, dtype=np.int64)
-            every = np.ascontiguousarray(
-                parts_ids(keys, np.full(len(keys), MAX_PARTS, dtype=np.int64))
-            )  # its parts as they were, however many (ids not held are skipped)
-            index.remove_ids(faiss.IDSelectorArray(len(every), faiss.swig_ptr(every)))
+            # its parts as they were, however many (ids not held are skipped)
+            _remove_ids(index, parts_ids(keys, np.full(len(keys), MAX_PARTS, dtype=np.int64)))
             present = [k for k in touched if k in self._parts]
             if present:
                 counts = np.array([self._parts[k] for k in present], dtype=np.int64)
@@ -177,6 +173,15 @@ class VectorIndex:
         if sum(index._parts.values()) != restored.ntotal:
             raise ValueError("the parts do not match the vectors")
         return index
+
+
+def _remove_ids(index: faiss.Index, ids: np.ndarray) -> None:
+    """Remove these vector ids from either kind of index."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    if isinstance(index, faiss.IndexIVF):  # by its id -> list table: only the lists holding them
+        index.remove_ids(faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids)))
+    else:
+        index.remove_ids(faiss.IDSelectorBatch(ids))
 
 
 class Cosines:

@@ -191,10 +191,10 @@ class LexicalIndex:
         lengths = list(map(len, doc_terms))
         return {
             "vocabulary": pack_words(vocabulary),
-            "term_ptr": _offsets([len(p[0]) for p in postings]),
+            "term_ptr": offsets([len(p[0]) for p in postings]),
             "slots": _joined([p[0] for p in postings], np.int32),
             "tf": _joined([p[1] for p in postings], np.float64),
-            "doc_ptr": _offsets(lengths),
+            "doc_ptr": offsets(lengths),
             "doc_terms": np.fromiter(
                 map(ids.__getitem__, chain.from_iterable(doc_terms)), np.int32, sum(lengths)
             ),
@@ -250,7 +250,8 @@ def unpack_words(packed: np.ndarray) -> list[str]:
     return packed.tobytes().decode().split("\0") if len(packed) else []
 
 
-def _offsets(lengths: Sequence[int]) -> np.ndarray:
+def offsets(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Where each of these runs begins and the last ends (CSR pointers: one more than runs)."""
     out = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=out[1:])
     return out

@@ -29,6 +29,7 @@ from app.memory.search.ivf import FLOOR, GROWTH_TO_RETRAIN, build_ivf
 from app.memory.search.lexical import Analyzer
 from app.memory.search.parts import vector_model
 from app.memory.search.user_index import UserIndex
+from app.memory.store.images import kept_over
 from app.memory.store.memories import MemoryStore
 
 logger = logging.getLogger("memproxy.memory")
@@ -161,9 +162,9 @@ class Upkeep:
         (its approximate index was just trained)."""
         self._imaged_at[user_id] = time.monotonic()
         try:
-            stored = await self._store.image_version(user_id)
-            if stored is not None and (
-                stored > entry.version or (stored == entry.version and not better)
+            # the store's own rule, asked before the dump: an image not kept costs no dump
+            if kept_over(
+                await self._store.image_version(user_id), entry.version, replace_same=better
             ):
                 entry.changed = 0  # another process's image is as new
                 return

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from app.memory.search.dense import VectorIndex
-from app.memory.search.lexical import LexicalIndex, pack_words, unpack_words
+from app.memory.search.lexical import LexicalIndex, offsets, pack_words, unpack_words
 from app.memory.store.records import IndexRow
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -94,9 +94,7 @@ class Briefs(MutableMapping[int, Brief]):
         packed_content = a["content"][starts + np.arange(int(lengths.sum()))]
         recode = np.array([code[t] for t in self._types] or [0], dtype=np.uint8)
         contents = [b.content.encode() for b in given]
-        all_lengths = np.concatenate([lengths, [len(c) for c in contents]]).astype(np.int64)
-        ptr = np.zeros(len(all_lengths) + 1, dtype=np.int64)
-        np.cumsum(all_lengths, out=ptr[1:])
+        ptr = offsets(np.concatenate([lengths, [len(c) for c in contents]]).astype(np.int64))
         return {
             "keys": np.concatenate(
                 [np.fromiter(self._packed, np.int64, len(rows)), np.array(list(self._given))]

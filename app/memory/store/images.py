@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -29,6 +29,18 @@ from app.memory.store.tables import IndexImage
 PART_BYTES = 16 * 1024 * 1024
 """The most one row holds: a large image is read and written in parts (PostgreSQL's bytea and
 the drivers handle a few MB at a time far better than hundreds)."""
+
+
+_STORED_VERSION = select(IndexImage.version).where(
+    IndexImage.user_id == bindparam("user_id"), IndexImage.part == 0
+)
+"""The version of a user's stored image (or tombstone): its first part's."""
+
+
+def kept_over(stored: int | None, version: int, *, replace_same: bool = False) -> bool:
+    """Whether the stored image (or tombstone) at `stored` stays rather than one at `version`
+    (with `replace_same`, one as old is replaced: the same memories, searched otherwise)."""
+    return stored is not None and (stored > version or (stored == version and not replace_same))
 
 
 class StoredImage(NamedTuple):
@@ -61,11 +73,7 @@ class IndexImages:
     async def image_version(self, user_id: str) -> int | None:
         """The version of the user's stored image (None: none)."""
         async with self.sessions() as session:
-            found = await session.scalar(
-                select(IndexImage.version).where(
-                    IndexImage.user_id == user_id, IndexImage.part == 0
-                )
-            )
+            found = await session.scalar(_STORED_VERSION, {"user_id": user_id})
         return None if found is None else int(found)
 
     async def keep_image(
@@ -78,14 +86,8 @@ class IndexImages:
         for _ in range(2):  # two replicas inserting at once: one loses the race, then looks again
             try:
                 async with writing(self.sessions) as session:
-                    stored = await session.scalar(
-                        select(IndexImage.version).where(
-                            IndexImage.user_id == user_id, IndexImage.part == 0
-                        )
-                    )
-                    if stored is not None and (
-                        stored > version or (stored == version and not replace_same)
-                    ):
+                    stored = await session.scalar(_STORED_VERSION, {"user_id": user_id})
+                    if kept_over(stored, version, replace_same=replace_same):
                         return False
                     await _delete(session, user_id)
                     stamp = now()

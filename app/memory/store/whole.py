@@ -42,7 +42,6 @@ class WholeUser:
             await w.finish()
             assert w.version is not None
             await erase_images(session, {user_id: w.version})
-        assert w.version is not None
         return Removed(keys, w.version)
 
     async def move(
