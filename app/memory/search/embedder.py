@@ -32,7 +32,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -93,9 +93,26 @@ class Embedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        self._session = ort.InferenceSession(
-            str(files.onnx), options, providers=["CPUExecutionProvider"]
-        )
+        if threads > 1:  # idle pool threads would spin after each run, on the cores chats need
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # One thread: onnxruntime uses its own threads inside; this one keeps calls off the loop.
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="embedder", initializer=_lower_priority,
+            initargs=(niceness,),
+        )  # fmt: skip
+        self._cache_size = cache_size
+        try:
+            self._start(files, options, ort)
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
+
+    def _start(self, files: ModelFiles, options: Any, ort: Any) -> None:
+        # Made on the model's thread: the pool threads onnxruntime starts with it inherit its
+        # priority (Linux keeps a nice value per thread).
+        self._session = self._executor.submit(
+            ort.InferenceSession, str(files.onnx), options, providers=["CPUExecutionProvider"]
+        ).result()
         if not files.manifest.exists():
             raise FileNotFoundError(
                 f"{files.manifest} is missing: delete {files.onnx} and prepare the model again"
@@ -103,13 +120,7 @@ class Embedder:
         manifest = json.loads(files.manifest.read_text())
         self._tokenizer = tokenizer_for(files.tokenizer, int(manifest["max_tokens"]))
         self.model_name = files.name
-        # One thread: onnxruntime uses its own threads inside; this one keeps calls off the loop.
-        self._executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="embedder", initializer=_lower_priority,
-            initargs=(niceness,),
-        )  # fmt: skip
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._cache_size = cache_size
         self._pending: list[tuple[str, asyncio.Future[np.ndarray]]] = []
         self._drainer: asyncio.Task[None] | None = None
         self.batches = 0
@@ -191,11 +202,12 @@ def _lower_priority(niceness: int) -> None:
 
 
 class PairedEmbedder:
-    """Memories embedded by one export of the model, queries by another (the int8 one).
+    """Memories embedded by one session of the model, queries by another: by default the int8
+    export (``MEMPROXY_EMBEDDING_QUANTIZE``), else a second session of the same one.
 
     Measured on the LoCoMo dev conversations: fp32 memory vectors searched with int8 query
     vectors rank as well as fp32 throughout (recall@5/@10 .605/.724 against .604/.719), and an
-    int8 query costs ~2 ms instead of ~7; int8 memory vectors cost 2 points. Each export runs on
+    int8 query costs ~2 ms instead of ~7; int8 memory vectors cost 2 points. Each session runs on
     its own thread, so a bulk import never delays a chat's query.
     """
 
@@ -227,14 +239,25 @@ def load_embedder(settings: Settings) -> TextEmbedder:
     model = settings.embedding_model or bundled_model_path()
     cache = settings.embedding_cache_dir
     quantize = settings.embedding_quantize
-    # Memories are embedded for imports and the Manager, in the background: below chats.
+    # Memories are embedded for imports and the Manager, in the background: below chats, on
+    # every core. A query runs on a session of its own, one thread (a second only spins:
+    # docs/performance.md), never queued behind an import's batch.
     documents = Embedder(
         prepare(model, cache, quantize=quantize == "all"),
-        threads=settings.embedding_threads,
-        niceness=10 if quantize == "queries" else 0,
+        threads=settings.embedding_threads or usable_cores(),
+        niceness=10,
     )
     logger.info("embedding memories with %s", documents.model_name)
-    if quantize != "queries":
-        return documents
-    queries = Embedder(prepare(model, cache, quantize=True), threads=settings.embedding_threads)
+    try:
+        queries = Embedder(prepare(model, cache, quantize=quantize != "none"), threads=1)
+    except BaseException:
+        documents.close()
+        raise
     return PairedEmbedder(documents, queries)
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity, else every CPU)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

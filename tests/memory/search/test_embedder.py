@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -186,3 +186,41 @@ print(Embedder(files).dim)
         f.seek(-4, os.SEEK_END)
         f.write(bytes(4))
     assert _content_key(dense_copy) != _content_key(dense_model)
+
+
+def _nice_by_thread() -> dict[str, int]:
+    """This process's threads, by id: each one's nice value (Linux keeps one per thread)."""
+    nice = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/stat") as stat:
+            nice[tid] = int(stat.read().rsplit(")", 1)[1].split()[16])
+    return nice
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads Linux's /proc")
+@pytest.mark.parametrize("quantize", ["queries", "none"])
+def test_memories_are_embedded_on_several_threads_below_chats_a_query_on_one_of_its_own(
+    model_cache: Path, quantize: Literal["queries", "none"]
+) -> None:
+    from app.config import Settings
+    from app.memory.search.embedder import PairedEmbedder, load_embedder
+
+    before = _nice_by_thread()
+    settings = Settings(
+        embedding_cache_dir=str(model_cache), embedding_quantize=quantize, embedding_threads=3
+    )
+    loaded = load_embedder(settings)
+    try:
+        assert isinstance(loaded, PairedEmbedder)  # a query never waits behind an import
+        documents, queries = loaded._documents, loaded._queries
+        assert documents._session is not queries._session
+        assert documents._session.get_session_options().intra_op_num_threads == 3
+        assert queries._session.get_session_options().intra_op_num_threads == 1
+        assert (documents.model_name == queries.model_name) == (quantize == "none")
+        started = {t: n for t, n in _nice_by_thread().items() if t not in before}
+        # The memories' thread and the two more onnxruntime starts for its session, all below
+        # chats; the query's thread at the server's priority.
+        assert sorted(started.values()).count(10) == 3
+        assert 0 in started.values()
+    finally:
+        loaded.close()
