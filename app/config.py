@@ -131,7 +131,7 @@ class Settings(ManagerSettings):
     recall measured), memories too (2x faster imports, ~2 points of recall less), or none."""
     embedding_threads: int = Field(default=0, ge=0, le=64)
     """CPU threads a run embedding memories (imports, the Manager's writes) may use, at a lower
-    priority than chats; 0: every core this process may use. A query always uses one."""
+    priority than chats; 0: every core this process may use, at most 8. A query always uses one."""
     relevance_threshold: float = Field(default=0.2, ge=0.0, le=1.0)
     """Least fused score (0-1, see app/memory/search/ranking.py) a memory needs to be injected.
     Measured on the LoCoMo dev conversations: 0.2 keeps 86 % of the memories that answer a question

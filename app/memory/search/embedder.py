@@ -256,8 +256,14 @@ def load_embedder(settings: Settings) -> TextEmbedder:
     return PairedEmbedder(documents, queries)
 
 
+MAX_AUTO_THREADS = 8
+"""The most threads `MEMPROXY_EMBEDDING_THREADS=0` gives: a bound on one worker's share of a big
+machine (several workers each take it), not a measured optimum."""
+
+
 def usable_cores() -> int:
-    """The CPUs this process may run on (its affinity, else every CPU)."""
+    """The CPUs this process may run on (its affinity, else every CPU), at most
+    :data:`MAX_AUTO_THREADS`."""
     if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+        return min(len(os.sched_getaffinity(0)), MAX_AUTO_THREADS)
+    return min(os.cpu_count() or 1, MAX_AUTO_THREADS)
