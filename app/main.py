@@ -119,6 +119,8 @@ def create_app(
         manager_http = build_http_client(settings)
         worker = None
         manager = Manager(settings, http_client=manager_http, model=manager_model)
+        if settings.manager_enabled or settings.recall_judge:
+            await asyncio.to_thread(manager.warm)
         if settings.manager_enabled:
             worker = Worker(queue, memory, manager, settings, metrics)
             await worker.start()

@@ -215,7 +215,7 @@ def main() -> None:
         env = {
             "MEMPROXY_UPSTREAM_BASE_URL": f"http://127.0.0.1:{up}/v1",
             "MEMPROXY_MANAGER_BASE_URL": f"http://127.0.0.1:{manager}/v1",
-            "MEMPROXY_LOG_LEVEL": "WARNING",
+            "MEMPROXY_LOG_LEVEL": os.environ.get("LOGLEVEL", "WARNING"),
             "MEMPROXY_DATABASE_URL": database,
             "MEMPROXY_EMBEDDING_CACHE_DIR": str(MODELS),
             "MEMPROXY_RELEVANCE_THRESHOLD": "0",

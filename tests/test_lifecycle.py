@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,7 @@ import respx
 
 from app.config import Settings
 from app.main import create_app
+from app.memory.learning.manager import Manager
 from app.proxy.hooks import Completion, Preparation, RequestContext
 from tests.fakes import FakeEmbedder
 from tests.helpers import (
@@ -129,3 +131,25 @@ async def test_unresolvable_upstream_host_is_502() -> None:
             await client.post("/v1/chat/completions", json=chat_body()), 502
         )
     assert base in error["message"] and "MEMPROXY_UPSTREAM_BASE_URL" in error["message"]
+
+
+async def test_the_managers_first_time_costs_are_paid_at_start_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process's first job built pydantic-ai's model (genai-prices' data loaded then) and the
+    schema of a job's messages on the event loop: 0.2-0.3 s in which no chat moved."""
+    on_loop: list[bool] = []
+    warm = Manager.warm
+
+    def watched(manager: Manager) -> None:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        warm(manager)
+
+    monkeypatch.setattr(Manager, "warm", watched)
+    for manager, judge, expected in ((True, False, [False]), (False, True, [False]),
+                                     (False, False, [])):  # fmt: skip
+        on_loop.clear()
+        settings = Settings(manager_enabled=manager, recall_judge=judge)
+        app = create_app(settings, embedder=FakeEmbedder())
+        async with app.router.lifespan_context(app):
+            assert on_loop == expected

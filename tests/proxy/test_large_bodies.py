@@ -199,13 +199,24 @@ def test_a_long_text_is_searched_in_pieces(monkeypatch: pytest.MonkeyPatch) -> N
     assert query == f"{LONG_TEXT.strip()[:1000]} {LONG_TEXT.strip()[-1000:]}"
     assert sizes and max(sizes) <= 2 * PIECE_CHARS
 
-    sizes.clear()
+
+def test_a_long_text_asks_to_remember_only_at_its_start_or_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the Manager is given of it; its middle is never searched (the pattern is slow: a
+    50 MB turn's search outlasted the bound on writing its job, and the chat answered 503)."""
+    sizes: list[int] = []
     monkeypatch.setattr(extraction, "EXPLICIT", Searching(extraction.EXPLICIT, sizes))
+    ask = "Please remember that I am vegan. "
+    assert len(LONG_TEXT) > 100 * (extraction.TURN_HEAD_CHARS + extraction.TURN_TAIL_CHARS)
     assert not extraction.is_explicit(LONG_TEXT)
-    assert max(sizes) <= extraction.SEARCH_CHARS + extraction.SEARCH_OVERLAP
-    assert extraction.is_explicit(LONG_TEXT + "Please remember that I am vegan")
-    straddling = "x " * (extraction.SEARCH_CHARS // 2 - 3) + "remember that I am vegan"
-    assert extraction.is_explicit(straddling)
+    assert extraction.is_explicit(ask + LONG_TEXT)
+    assert extraction.is_explicit(LONG_TEXT + ask)
+    middle = len(LONG_TEXT) // 2
+    assert not extraction.is_explicit(LONG_TEXT[:middle] + ask + LONG_TEXT[middle:])
+    read = extraction.TURN_HEAD_CHARS + extraction.TURN_TAIL_CHARS + 64  # and the cut's note
+    assert sizes and max(sizes) <= read
+    assert extraction.is_explicit("x " * 20_000 + "remember that I am vegan")
 
 
 def test_a_long_text_is_fingerprinted_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:

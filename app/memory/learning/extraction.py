@@ -93,14 +93,6 @@ def _sentence_spans(text: str) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(0, len(bounds), 2)]
 
 
-SEARCH_CHARS = 1 << 14
-"""How much text one search for :data:`EXPLICIT` covers (a few ms: the pattern is slow, ~150 ns a
-character); a long text is searched in windows, so that no one call holds the GIL for long."""
-SEARCH_OVERLAP = 256
-"""Windows overlap by this much: a phrase longer than this (hundreds of spaces inside it) that
-straddles two windows is missed. The phrases are a few words long."""
-
-
 TURN_HEAD_CHARS = 6000
 TURN_TAIL_CHARS = 2000
 """A turn longer than both together reaches the Manager as its start and its end: what a user
@@ -138,14 +130,11 @@ def for_manager(text: str) -> str:
 
 
 def is_explicit(text: str) -> bool:
-    """True when the text asks to remember or forget something (see :data:`EXPLICIT`)."""
-    # A search from `start` sees the character before it (for `\b`); one ending at `end` sees
-    # no character after it, which only makes a phrase cut at a window's end match early.
-    for start in range(0, max(len(text), 1), SEARCH_CHARS):
-        end = start + SEARCH_CHARS + SEARCH_OVERLAP
-        if EXPLICIT.search(text, start, end) is not None:
-            return True
-    return False
+    """True when the text asks to remember or forget something (see :data:`EXPLICIT`). Of a
+    long text, only what a job gives the Manager is read (:func:`for_manager`: its start and
+    end): a request sits around a pasted document, and the pattern is slow (~150 ns a
+    character: a 50 MB turn took 7.5 s, past the chat's bound on writing its job)."""
+    return EXPLICIT.search(for_manager(text)) is not None
 
 
 @dataclass(frozen=True, slots=True)
