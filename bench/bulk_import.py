@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from bench._data import Text  # noqa: E402
 from bench.overhead import (  # noqa: E402
     Connection,
+    checkout,
     cpu_seconds,
     free_port,
     pct,
@@ -145,11 +145,7 @@ def main() -> None:
         asyncio.run(seed(f"sqlite+aiosqlite:///{folder}/seed.db", args.memories))
         runs = [("this checkout", ROOT, dict(item.split("=", 1) for item in args.set))]
         if args.against:
-            base = Path(folder) / "base"
-            base.mkdir()
-            archive = subprocess.run(["git", "archive", args.against], cwd=ROOT, check=True,
-                                     capture_output=True).stdout  # fmt: skip
-            subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+            base = checkout(args.against, Path(folder) / "base")
             runs.append((args.against, base, {"PYTHONPATH": str(base)}))
         for round_ in range(args.rounds):
             for which, (label, code, extra) in enumerate(runs if round_ % 2 == 0 else runs[::-1]):

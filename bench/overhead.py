@@ -77,6 +77,15 @@ def recall_env(up_port: int, database: str) -> dict[str, str]:
     }
 
 
+def checkout(rev: str, folder: Path) -> Path:
+    """The code of commit `rev` (``git archive``), written into `folder` (made here)."""
+    folder.mkdir()
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True,
+                             capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -384,11 +393,7 @@ def main() -> None:
             asyncio.run(seed(database, args.memories))
         proxy_env = recall_env(up_port, database)
         if args.against:
-            base = Path(folder) / "base"
-            base.mkdir()
-            archive = subprocess.run(["git", "archive", args.against], cwd=ROOT, check=True,
-                                     capture_output=True).stdout  # fmt: skip
-            subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+            base = checkout(args.against, Path(folder) / "base")
             if args.memories:
                 shutil.copy(f"{folder}/memproxy.db", f"{folder}/base.db")
             base_port = free_port()
