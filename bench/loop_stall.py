@@ -20,6 +20,7 @@ Bounded: each big request gives up after `--timeout` seconds (a stall that long 
 
 Run: .venv/bin/python bench/loop_stall.py [--mb 50] [--shapes text,history,image]
      [--modes off,read-only,on] [--tail 3] [--memories 1000]
+     (LOGLEVEL=INFO in the environment: memproxy's log, on this process's stderr)
 """
 
 from __future__ import annotations

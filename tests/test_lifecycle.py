@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import respx
 
+import app.main as main
 from app.config import Settings
 from app.main import create_app
 from app.memory.learning.manager import Manager
@@ -139,13 +143,13 @@ async def test_the_managers_first_time_costs_are_paid_at_start_off_the_event_loo
     """A process's first job built pydantic-ai's model (genai-prices' data loaded then) and the
     schema of a job's messages on the event loop: 0.2-0.3 s in which no chat moved."""
     on_loop: list[bool] = []
-    warm = Manager.warm
+    warm = main._warm
 
     def watched(manager: Manager) -> None:
         on_loop.append(threading.current_thread() is threading.main_thread())
         warm(manager)
 
-    monkeypatch.setattr(Manager, "warm", watched)
+    monkeypatch.setattr(main, "_warm", watched)
     for manager, judge, expected in ((True, False, [False]), (False, True, [False]),
                                      (False, False, [])):  # fmt: skip
         on_loop.clear()
@@ -153,3 +157,32 @@ async def test_the_managers_first_time_costs_are_paid_at_start_off_the_event_loo
         app = create_app(settings, embedder=FakeEmbedder())
         async with app.router.lifespan_context(app):
             assert on_loop == expected
+
+
+WARMED = """
+import sys
+import httpx2
+from app.config import Settings
+from app.main import _warm
+from app.memory.learning.manager import Manager
+from app.memory.learning.turns import ModelMessagesTypeAdapter
+print(ModelMessagesTypeAdapter.pydantic_complete, "genai_prices.data" in sys.modules)
+_warm(Manager(Settings(), http_client=httpx2.AsyncClient()))
+print(ModelMessagesTypeAdapter.pydantic_complete, "genai_prices.data" in sys.modules)
+"""
+
+
+def test_warming_up_does_what_the_first_job_would() -> None:
+    """In a process of its own: none of it done before, both of it after."""
+    ran = subprocess.run([sys.executable, "-c", WARMED], capture_output=True, text=True,
+                         timeout=120, check=True)  # fmt: skip
+    assert ran.stdout.split() == ["False", "False", "True", "True"]
+
+
+def test_a_failed_warm_up_is_logged_and_start_up_goes_on(memproxy_records) -> None:
+    class Broken(Manager):
+        def model_for(self, request_model: str) -> Any:
+            raise RuntimeError("no model here")
+
+    main._warm(Broken(Settings(), http_client=None))  # type: ignore[arg-type]
+    assert any("warming the Manager up failed" in r.getMessage() for r in memproxy_records)

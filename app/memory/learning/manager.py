@@ -72,7 +72,6 @@ from app.memory.learning.failures import ManagerAnswerUnusable as ManagerAnswerU
 from app.memory.learning.failures import ManagerUnavailable as ManagerUnavailable
 from app.memory.learning.model_size import Steps
 from app.memory.learning.prompt import Shown, build_prompt, instructions
-from app.memory.learning.turns import dump
 from app.proxy.tls import ssl_context
 
 logger = logging.getLogger("memproxy.manager")
@@ -113,14 +112,6 @@ class Manager:
         self._works: dict[tuple[str, str], OutputMode] = {}
         """(server, model) -> the output mode that last gave a usable answer (``auto``)."""
         self._steps = Steps(settings, http_client, self._base_url)
-
-    def warm(self) -> None:
-        """Blocking, for a worker thread at start-up: what a process's first job would
-        otherwise do on the event loop, stalling every chat meanwhile (measured 0.2-0.3 s):
-        the model's first construction (pydantic-ai loads genai-prices' data then) and the
-        schema of the messages a job stores, which pydantic builds on first use."""
-        self.model_for("warm-up")
-        dump([])
 
     def where(self, request_model: str) -> str:
         """Which model at which server answers for a chat that used `request_model`."""

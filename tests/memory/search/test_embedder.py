@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -213,14 +214,55 @@ def test_memories_are_embedded_on_several_threads_below_chats_a_query_on_one_of_
     try:
         assert isinstance(loaded, PairedEmbedder)  # a query never waits behind an import
         documents, queries = loaded._documents, loaded._queries
-        assert documents._session is not queries._session
-        assert documents._session.get_session_options().intra_op_num_threads == 3
+        options = documents._session.get_session_options()
+        assert options.intra_op_num_threads == 3
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
         assert queries._session.get_session_options().intra_op_num_threads == 1
         assert (documents.model_name == queries.model_name) == (quantize == "none")
         started = {t: n for t, n in _nice_by_thread().items() if t not in before}
         # The memories' thread and the two more onnxruntime starts for its session, all below
         # chats; the query's thread at the server's priority.
         assert sorted(started.values()).count(10) == 3
-        assert 0 in started.values()
+        query_thread = str(queries._executor.submit(threading.get_native_id).result())
+        assert _nice_by_thread()[query_thread] == 0
     finally:
         loaded.close()
+
+
+def test_the_default_threads_are_the_cores_the_process_may_use(model_cache: Path) -> None:
+    from app.config import Settings
+    from app.memory.search.embedder import PairedEmbedder, load_embedder, usable_cores
+
+    loaded = load_embedder(Settings(embedding_cache_dir=str(model_cache)))
+    try:
+        assert isinstance(loaded, PairedEmbedder)
+        threads = loaded._documents._session.get_session_options().intra_op_num_threads
+        assert threads == usable_cores()
+    finally:
+        loaded.close()
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"cpu.max": "150000 100000\n"}, 2),  # cgroup v2: a container's --cpus 1.5
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),  # v1
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({"cpu.max": "garbage"}, None),
+        ({}, None),
+    ],
+)
+def test_a_containers_cpu_limit_bounds_the_threads(
+    tmp_path: Path, files: dict[str, str], expected: int | None
+) -> None:
+    """More threads than the quota allows use it up early in each period, and then the whole
+    process waits: the event loop too."""
+    from app.memory.search.embedder import MAX_AUTO_THREADS, cgroup_cpus, usable_cores
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup_cpus(tmp_path) == expected
+    cores = min(len(os.sched_getaffinity(0)), MAX_AUTO_THREADS)
+    assert usable_cores(tmp_path) == min(cores, expected or cores)
