@@ -4,9 +4,12 @@ what the vectors mean."""
 
 from __future__ import annotations
 
+import ast
 import bisect
 import json
 import random
+import re
+import site
 import time
 import uuid
 from datetime import UTC, datetime
@@ -90,3 +93,25 @@ async def generate(
             if done % 100_000 < 1000:
                 print(f"  generated {done:,} memories ({time.perf_counter() - started:.0f} s)")
     return users
+
+
+def prose(count: int) -> list[str]:
+    """`count` distinct English sentences (6-40 words) from the docstrings of the installed
+    packages, in a fixed order: real text none of the questions is about."""
+    found: dict[str, None] = {}
+    for folder in sorted(Path(p) for p in site.getsitepackages()):
+        for path in sorted(folder.rglob("*.py")):
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+                continue
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef):
+                    continue
+                doc = ast.get_docstring(node) or ""
+                for sentence in re.split(r"(?<=[.!?])\s+", " ".join(doc.split())):
+                    if 6 <= len(sentence.split()) <= 40 and sentence[0].isupper():
+                        found[sentence] = None
+                        if len(found) == count:
+                            return list(found)
+    raise SystemExit(f"only {len(found)} sentences of prose found, not {count}")

@@ -11,6 +11,7 @@ in the top k, averaged over questions) and MRR, overall and per category, plus s
     python bench/recall_eval.py --dense-weight 0         # BM25 side alone (1: dense alone)
     python bench/recall_eval.py --quantize all           # int8 for memories too (none: fp32 only)
     python bench/recall_eval.py --url http://127.0.0.1:8000   # a running memproxy
+    python bench/recall_eval.py --approximate --distractors 50000   # IVFs among 50k more
 
 Evidence ids are normalised ("D30:05" -> "D30:5", "D:11:26" -> "D11:26", "D9:1 D4:4" split);
 ids naming no turn are dropped and counted; a question left with none is skipped and counted.
@@ -94,10 +95,12 @@ async def evaluate(
     client: httpx.AsyncClient,
     data: list[dict[str, Any]],
     approximate: Callable[[str, str], Awaitable[str]] | None = None,
+    crowd: Callable[[str], Awaitable[None]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each conversation imported, then its questions searched: with `approximate` (given the
     user, it makes their index approximate and says how), once as is and once after it, so
-    both are measured on the same memories."""
+    both are measured on the same memories; `crowd` adds memories to the user's after the
+    import (--distractors)."""
     rounds = ["exhaustive", *VARIANTS] if approximate else ["as is"]
     results: dict[str, dict[str, Any]] = {
         name: {"questions": [], "latencies": [], "dropped_evidence": 0, "skipped_questions": 0}
@@ -124,6 +127,8 @@ async def evaluate(
                 id_to_dia[memory["id"]] = dia
         import_seconds += time.perf_counter() - started
         imported += len(turns)
+        if crowd is not None:
+            await crowd(user_id)
         known = {d for d, _, _ in turns}
         for name in rounds:
             if name in VARIANTS and approximate is not None:
@@ -146,7 +151,8 @@ async def evaluate(
                 )
                 result["latencies"].append(time.perf_counter() - started)
                 response.raise_for_status()
-                ranked = [id_to_dia[h["id"]] for h in response.json()["data"]]
+                # a memory not of the conversation (--distractors) is no evidence
+                ranked = [id_to_dia.get(h["id"], "") for h in response.json()["data"]]
                 recall = {k: len(set(ranked[:k]) & set(evidence)) / len(evidence) for k in KS}
                 first = next((i for i, d in enumerate(ranked) if d in evidence), None)
                 result["questions"].append(
@@ -186,6 +192,29 @@ def approximating(cache: Any, probe_min: int) -> Callable[[str, str], Awaitable[
         return f"IVF of {index.ntotal} vectors, {index.nprobe} of {index.nlist} lists probed"
 
     return approximate
+
+
+async def crowding(service: Any, count: int) -> Callable[[str], Awaitable[None]]:
+    """What adds `count` sentences of prose to a user's memories (embedded here, once)."""
+    from dataclasses import replace
+
+    from app.memory.search.parts import embed_for_store
+    from app.memory.store.records import NewMemory
+    from bench._data import prose
+
+    texts = prose(count)
+    started = time.perf_counter()
+    embedded = await embed_for_store(service.embedder, texts)
+    print(f"{count:,} distractors embedded in {time.perf_counter() - started:.0f} s")
+    items = [replace(NewMemory(content=t), embedding=e.embedding, embedding_model=e.model)
+             for t, e in zip(texts, embedded, strict=True)]  # fmt: skip
+
+    async def crowd(user_id: str) -> None:
+        for start in range(0, len(items), 5000):
+            await service.store.add(user_id, items[start : start + 5000])
+        service.cache.forget(user_id)  # the next search builds the index from the rows
+
+    return crowd
 
 
 def report(result: dict[str, Any]) -> None:
@@ -236,6 +265,11 @@ async def main() -> None:
         "probes (--probe-min 1: ceil(lists / 16) of them)",
     )  # fmt: skip
     parser.add_argument("--probe-min", type=int, default=1, help="with --approximate")
+    parser.add_argument(
+        "--distractors", type=int, default=0,
+        help="in process: each user also holds this many sentences of English prose (the "
+        "docstrings of the installed packages), embedded once, stored as the model's",
+    )  # fmt: skip
     args = parser.parse_args()
     data = json.loads(args.data.read_text())
 
@@ -259,6 +293,8 @@ async def main() -> None:
             }
             if args.dense_weight is not None:
                 overrides["dense_weight"] = args.dense_weight
+            if args.approximate:  # each variant trains its own IVF, not one restored from an image
+                overrides["index_image_min_memories"] = 0
             settings = Settings(**overrides)
             app = create_app(settings)
             await stack.enter_async_context(app.router.lifespan_context(app))
@@ -275,7 +311,10 @@ async def main() -> None:
         approximate = None
         if args.approximate and not args.url:
             approximate = approximating(app.state.services.memory.cache, args.probe_min)
-        for name, result in (await evaluate(client, data, approximate)).items():
+        crowd = None
+        if args.distractors and not args.url:
+            crowd = await crowding(app.state.services.memory, args.distractors)
+        for name, result in (await evaluate(client, data, approximate, crowd)).items():
             print(f"--- {name}")
             report(result)
 
