@@ -31,7 +31,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -51,6 +53,7 @@ from bench.overhead import (  # noqa: E402
 )
 
 TURN_TOKENS = 250
+T = TypeVar("T")
 
 
 def long_turns(count: int) -> list[str]:
@@ -82,31 +85,39 @@ async def probe(conn: Connection, stop: asyncio.Event, every: float) -> list[flo
     return samples
 
 
-async def one(port: int, pid: int, turns: list[str], args: argparse.Namespace) -> list[str]:
-    """The idle probe, then the import with the probe beside it; the lines to print."""
-    conn = Connection(port, "/v1/chat/completions", vary=True)
-    for _ in range(20):  # warm-up: connections, the model's first runs, the user's index
-        await conn.send()
+async def probed(conn: Connection, every: float, work: Awaitable[T]) -> tuple[list[float], T]:
+    """The chats' times to first byte (:func:`probe`) while `work` runs, and what it gave."""
     stop = asyncio.Event()
-    idle = asyncio.create_task(probe(conn, stop, args.every))
-    await asyncio.sleep(args.idle)
-    stop.set()
-    quiet = await idle
-    stop = asyncio.Event()
-    busy_task = asyncio.create_task(probe(conn, stop, args.every))
+    chats = asyncio.create_task(probe(conn, stop, every))
+    try:
+        done = await work
+    finally:
+        stop.set()
+    return await chats, done
+
+
+async def imported(port: int, pid: int, turns: list[str], batch: int) -> tuple[float, float]:
+    """The turns imported `batch` a request: (seconds, the server's CPU seconds)."""
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
         cpu, start = cpu_seconds(pid), time.perf_counter()
-        for at in range(0, len(turns), args.batch):
-            body = {"memories": [{"content": t} for t in turns[at : at + args.batch]]}
+        for at in range(0, len(turns), batch):
+            body = {"memories": [{"content": t} for t in turns[at : at + batch]]}
             reply = await client.post(
                 "/v1/memories/batch",
                 json=body,
                 headers={"Authorization": "Bearer sk-bench", "X-User-Id": "importer"},
             )
             reply.raise_for_status()
-        took, cpu = time.perf_counter() - start, cpu_seconds(pid) - cpu
-    stop.set()
-    busy = await busy_task
+        return time.perf_counter() - start, cpu_seconds(pid) - cpu
+
+
+async def one(port: int, pid: int, turns: list[str], args: argparse.Namespace) -> list[str]:
+    """The idle probe, then the import with the probe beside it; the lines to print."""
+    conn = Connection(port, "/v1/chat/completions", vary=True)
+    for _ in range(20):  # warm-up: connections, the model's first runs, the user's index
+        await conn.send()
+    quiet, _ = await probed(conn, args.every, asyncio.sleep(args.idle))
+    busy, (took, cpu) = await probed(conn, args.every, imported(port, pid, turns, args.batch))
 
     def ttfb(samples: list[float]) -> str:
         ms = [s * 1000 for s in samples]
