@@ -111,11 +111,11 @@ async def search_memories(body: MemorySearch, caller: MemoryCallerDep) -> Search
         limit=body.limit,
         min_score=min_score,
         types=[t.value for t in body.types or ()],
+        links=True,
     )
-    shown = await _shown(caller, [f.memory for f in found])
     hits = [
-        MemoryHit(**public.model_dump(), score=round(f.hit.score, 6))
-        for public, f in zip(shown, found, strict=True)
+        MemoryHit(**MemoryPublic.of(f.memory, f.linked).model_dump(), score=round(f.hit.score, 6))
+        for f in found
     ]
     return SearchResults(data=hits)
 

@@ -41,6 +41,8 @@ EXPORT_PAGE = 500
 class Found:
     memory: MemoryRecord
     hit: Hit
+    linked: Sequence[str] = ()
+    """The ids linked to the memory, when the search was asked for them."""
 
 
 class MemoryService:
@@ -239,15 +241,25 @@ class MemoryService:
         types: Sequence[str] = (),
         background: bool = False,
         now: datetime | None = None,
+        links: bool = False,
     ) -> list[Found]:
         """Ranked as chat recall ranks (:mod:`app.memory.search.ranking`), with the memories
-        loaded; `now`: when the query is asked (default now)."""
+        loaded, and with the ids linked to each when `links`; `now`: when the query is asked
+        (default now)."""
         hits = await self.searcher.search(
             user_id, query, limit=limit, min_score=min_score, types=types,
             background=background, now=now,
         )  # fmt: skip
-        records = await self.store.get_many(user_id, [h.key for h in hits])
-        return [Found(records[h.key], h) for h in hits if h.key in records]
+        keys = [h.key for h in hits]
+        if not links:
+            records = await self.store.get_many(user_id, keys)
+            return [Found(records[h.key], h) for h in hits if h.key in records]
+        records, linked = await self.store.get_many_linked(user_id, keys)
+        return [
+            Found(records[h.key], h, linked.get(records[h.key].id, ()))
+            for h in hits
+            if h.key in records
+        ]
 
     async def recall(
         self,

@@ -66,7 +66,7 @@ async def linked_ids(
             .where(or_(MemoryLink.fact_id.in_(chunk), MemoryLink.episode_id.in_(chunk)))
             .order_by(MemoryLink.created_at, MemoryLink.fact_id, MemoryLink.episode_id)
         )
-        _collect(found, await session.execute(query), set(chunk))
+        collect(found, await session.execute(query), set(chunk))
     return found
 
 
@@ -94,11 +94,13 @@ async def before_delete(
         .order_by(MemoryLink.created_at, MemoryLink.fact_id, MemoryLink.episode_id)
     )
     found: dict[str, list[str]] = {}
-    _collect(found, await w.execute(query), None)
+    collect(found, await w.execute(query), None)
     return found
 
 
-def _collect(found: dict[str, list[str]], rows: Iterable[Any], only: set[str] | None) -> None:
+def collect(found: dict[str, list[str]], rows: Iterable[Any], only: set[str] | None) -> None:
+    """Each (fact id, episode id) row added to `found` both ways, for the ids in `only` (all
+    when None), in the rows' order."""
     for fact_id, episode_id in rows:
         for one, other in ((fact_id, episode_id), (episode_id, fact_id)):
             if only is None or one in only:

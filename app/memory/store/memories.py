@@ -24,7 +24,7 @@ from typing import Unpack
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from app.memory.store import events
+from app.memory.store import direct, events
 from app.memory.store.archive_book import Archive
 from app.memory.store.claims import IdTaken, found, own_ids, same_text
 from app.memory.store.db import writing
@@ -33,7 +33,6 @@ from app.memory.store.links import LINK_CHUNK, Rekey, before_delete, rekey, rest
 from app.memory.store.marks import RecallMarks
 from app.memory.store.queries import MemoryQueries, own
 from app.memory.store.records import (
-    RECORD_COLUMNS,
     Changes,
     MemoryRecord,
     NewMemory,
@@ -44,7 +43,6 @@ from app.memory.store.records import (
     new_row,
     now,
     record_of,
-    record_of_row,
 )
 from app.memory.store.tables import (
     Memory,
@@ -268,13 +266,14 @@ class MemoryStore(MemoryQueries, WholeUser, Archive, IndexImages):
         return found
 
     async def get_many(self, user_id: str, keys: Sequence[int]) -> dict[int, MemoryRecord]:
-        """The user's memories with these keys, by key (embeddings not loaded)."""
-        if not keys:
-            return {}
-        # By primary key alone: with the user in the WHERE clause SQLite scans the user's index
-        # (12 ms at 100k memories); the owner is checked here instead. Core rows, no ORM
-        # session: this runs on every recall.
-        query = select(*RECORD_COLUMNS).where(Memory.key.in_(list(keys)))
-        async with self._engine.connect() as connection:
-            rows = await connection.execute(query)
-            return {row.key: record_of_row(row) for row in rows if row.user_id == user_id}
+        """The user's memories with these keys, by key (embeddings not loaded). Run by the
+        driver itself: this is on every search's path (:mod:`app.memory.store.direct`)."""
+        found, _ = await direct.records(self._engine, user_id, keys)
+        return found
+
+    async def get_many_linked(
+        self, user_id: str, keys: Sequence[int]
+    ) -> tuple[dict[int, MemoryRecord], dict[str, list[str]]]:
+        """:meth:`get_many`, with the ids linked to each memory (:meth:`linked`'s answer), on
+        the same connection."""
+        return await direct.records(self._engine, user_id, keys, links=True)

@@ -1,0 +1,100 @@
+"""A search's reads run by the driver itself (:mod:`app.memory.store.direct`): the same records and
+links as SQLAlchemy's way gives, every type decoded (on SQLite and on PostgreSQL: the suite runs
+on both), only the user's, without one statement through SQLAlchemy's cursor."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.memory.store import direct
+from app.memory.store.memories import MemoryStore
+from app.memory.store.records import NewMemory
+from app.memory.store.tables import MemorySource, MemoryType
+from tests.memory.store.test_link_reads import statements
+from tests.memory.store.test_links import linked
+
+
+@pytest.fixture
+def store(engine: AsyncEngine) -> MemoryStore:
+    return MemoryStore(engine)
+
+
+async def _written(store: MemoryStore) -> tuple[list[int], dict[str, list[str]]]:
+    """Ann's memories of every shape, bob's, and the keys to read (ann's, bob's, an unknown);
+    the links ann's facts and episode have."""
+    facts, episode = await linked(store, "ann", facts=3)
+    varied = [
+        NewMemory(
+            "Zoë lives in Zürich — «vraiment»",
+            MemoryType.PREFERENCE,
+            metadata={"tags": ["a", "ü"], "nested": {"n": 1.5, "none": None, "yes": True}},
+            pinned=True,
+            profile=True,
+            source=MemorySource.MANAGER,
+            recall_count=7,
+            last_recalled_at=datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
+            observed_at=datetime(2023, 5, 7, 12, 0, tzinfo=UTC),
+            created_at=datetime(2024, 2, 29, 23, 59, 59, tzinfo=UTC),
+        ),
+        NewMemory("plain, at a whole second", created_at=datetime(2024, 1, 1, tzinfo=UTC)),
+    ]
+    await store.add("ann", varied)
+    await store.add("bob", [NewMemory("bob's secret")])
+    keys = sorted(await store.keys("ann"))
+    bobs = sorted(await store.keys("bob"))
+    expected = {episode: sorted(facts), **{f: [episode] for f in facts}}
+    return [*keys, *bobs, 10**9], expected
+
+
+async def _sqlalchemy_way(
+    store: MemoryStore, keys: list[int], monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[int, Any], dict[str, list[str]]]:
+    async def none(connection: Any) -> None:
+        return None
+
+    with monkeypatch.context() as patched:
+        patched.setattr(direct, "_driver", none)  # as for a driver it has no statement for
+        return await store.get_many_linked("ann", keys)
+
+
+async def test_the_drivers_read_gives_what_sqlalchemys_gives(
+    store: MemoryStore, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys, expected_links = await _written(store)
+    with statements(engine) as seen:
+        records, links = await store.get_many_linked("ann", keys)
+    assert seen == []  # both statements run by the driver, none by SQLAlchemy's cursor
+    reference, reference_links = await _sqlalchemy_way(store, keys, monkeypatch)
+    assert len(records) == 6 and records == reference  # bob's and the unknown key left out
+    assert {k: sorted(v) for k, v in links.items()} == expected_links
+    assert links == reference_links  # and in the same order, oldest link first
+    shown = next(r for r in records.values() if r.pinned)
+    assert shown.metadata == {"tags": ["a", "ü"], "nested": {"n": 1.5, "none": None, "yes": True}}
+    assert type(shown.pinned) is bool and type(shown.profile) is bool  # not SQLite's 1
+    assert (shown.profile, shown.type, shown.source, shown.recall_count) == (
+        True, "preference", "manager", 7,
+    )  # fmt: skip
+    assert shown.last_recalled_at == datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    assert shown.observed_at == datetime(2023, 5, 7, 12, 0, tzinfo=UTC)
+    assert shown.created_at == datetime(2024, 2, 29, 23, 59, 59, tzinfo=UTC)
+    whole = next(r for r in records.values() if r.content.startswith("plain"))
+    assert whole.created_at == datetime(2024, 1, 1, tzinfo=UTC) and not whole.pinned
+    assert whole.last_recalled_at is None and whole.metadata == {}
+    assert await store.get_many("ann", keys) == records
+
+
+async def test_many_keys_are_read_a_chunk_at_a_time(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys, expected_links = await _written(store)
+    whole, whole_links = await store.get_many_linked("ann", keys)
+    monkeypatch.setattr(direct, "LINK_CHUNK", 2)
+    records, links = await store.get_many_linked("ann", [*keys, *keys])  # repeated: read once
+    assert records == whole and {k: sorted(v) for k, v in links.items()} == expected_links
+    assert await store.get_many_linked("ann", []) == ({}, {})
+    assert await store.get_many_linked("bob", keys[:6]) == ({}, {})  # ann's keys: nothing
+    assert whole_links == {k: v for k, v in whole_links.items() if v}
