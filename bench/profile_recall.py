@@ -51,7 +51,7 @@ BUCKETS: list[tuple[str, tuple[str, ...]]] = [
      ("LexicalIndex.", "Scores.", "Analyzer.query_terms")),
     ("dense (FAISS search, cosines of BM25's candidates)",
      ("VectorIndex.", "Cosines.", "_Cosines.")),
-    ("fusion and ranking (the rest of _rank)", ("Searcher._rank",)),
+    ("fusion and ranking (the rest of _rank)", ("Searcher._rank", "Ranked.")),
     ("choice within the budgets (selection)", ("Searcher._choose", "choose")),
     ("the rest of recall (profile, time words)", ("Searcher._find", "ChatMemory._recall")),
     ("memory glue (block injection, turns)", ("ChatMemory.", "inject")),

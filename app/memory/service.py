@@ -18,7 +18,8 @@ from app.memory.search.cache import IndexCache
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.parts import decode, embed_for_store, vector_model
 from app.memory.search.provenance import provenance
-from app.memory.search.ranking import Hit, Judge, Recalled, Searcher, Shares
+from app.memory.search.ranked import Hit
+from app.memory.search.ranking import Judge, Recalled, Searcher, Shares
 from app.memory.search.restating import restatements
 from app.memory.store.events import Event
 from app.memory.store.memories import MemoryStore

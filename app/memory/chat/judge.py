@@ -29,7 +29,8 @@ from pydantic import BaseModel, Field
 from app.config import Settings
 from app.memory.learning.failures import ManagerAnswerUnusable, ManagerUnavailable
 from app.memory.learning.manager import Manager
-from app.memory.search.ranking import Hit, Judge
+from app.memory.search.ranked import Hit
+from app.memory.search.ranking import Judge
 from app.metrics import Metrics
 
 logger = logging.getLogger("memproxy.memory")

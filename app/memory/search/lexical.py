@@ -158,8 +158,10 @@ class LexicalIndex:
         count = len(self._slots)
         average = max(self._total_length / count, 1e-9)
         ceiling = rarest = 0.0
+        touched = []
         for term in terms:
             slots, tf = self._postings_array(term)
+            touched.append(slots)
             df = len(slots)
             idf = math.log(1.0 + (count - df + 0.5) / (df + 0.5))
             ceiling += idf * (K1 + 1.0)
@@ -168,7 +170,7 @@ class LexicalIndex:
             scores[slots] += idf * tf * (K1 + 1.0) / (tf + norm)  # slots are distinct per term
         unknown = 0 if held_only else len(set(query_terms).difference(terms))
         ceiling += unknown * rarest * (K1 + 1.0)
-        return Scores(self, scores / ceiling)
+        return Scores(self, scores / ceiling, touched)
 
     def _postings_array(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         arrays = self._arrays.get(term)
@@ -264,9 +266,23 @@ def _joined(parts: Sequence[np.ndarray], dtype: type[np.generic]) -> np.ndarray:
 class Scores:
     """One query's scores over a :class:`LexicalIndex` (valid until the index changes)."""
 
-    def __init__(self, index: LexicalIndex, by_slot: np.ndarray) -> None:
+    def __init__(
+        self, index: LexicalIndex, by_slot: np.ndarray, touched: Sequence[np.ndarray] = ()
+    ) -> None:
+        """`touched`: the slots each term scored (none: no slot scores)."""
         self._index = index
         self._by_slot = by_slot
+        self._touched = touched
+
+    def _matched(self) -> np.ndarray:
+        """The slots scoring above 0, ascending."""
+        held = sum(len(slots) for slots in self._touched)
+        # Sorting the postings costs ~0.13 us a posting, a pass over every slot ~3 ns a slot
+        # (measured at 100k): the postings when they are few
+        if held * 32 < len(self._by_slot):
+            matched = np.unique(np.concatenate(self._touched)) if held else np.zeros(0, np.int64)
+            return matched[self._by_slot[matched] > 0]
+        return np.flatnonzero(self._by_slot)
 
     def of(self, keys: np.ndarray) -> np.ndarray:
         """The scores of these keys (0 for keys the index does not hold)."""
@@ -279,7 +295,7 @@ class Scores:
 
     def top(self, k: int) -> np.ndarray:
         """Keys of (up to) the `k` best-scoring documents with a score above 0, unordered."""
-        matched = np.flatnonzero(self._by_slot)
+        matched = self._matched()
         if len(matched) > k:
             matched = matched[np.argpartition(self._by_slot[matched], -k)[-k:]]
         keys: np.ndarray = self._index._keys[matched]
@@ -287,6 +303,6 @@ class Scores:
 
     def items(self) -> dict[int, float]:
         """Every matching key and its score."""
-        matched = np.flatnonzero(self._by_slot)
+        matched = self._matched()
         keys = self._index._keys[matched].tolist()
         return dict(zip(keys, self._by_slot[matched].tolist(), strict=True))

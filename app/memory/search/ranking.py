@@ -45,6 +45,7 @@ from app.memory.search.dense import Cosines
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.lexical import Scores
 from app.memory.search.profile import Standing, standing
+from app.memory.search.ranked import Hit, Ranked
 from app.memory.search.selection import choose
 from app.memory.search.timing import Laps
 from app.memory.search.user_index import UserIndex
@@ -66,23 +67,6 @@ p99 from 18 ms to 26 ms, while the inline scan holds other requests for ~7 ms at
 FEEDBACK_DOCS = 5
 FEEDBACK_TERMS = 10
 FEEDBACK_WEIGHT = 0.3
-
-
-@dataclass(slots=True)
-class Hit:
-    """A candidate as ranked; nothing changes one once made. Not a frozen dataclass: a search
-    makes one per candidate (~300) and a frozen one costs 7x as much to make (1.7 µs, not 0.24:
-    each field set through ``object.__setattr__``)."""
-
-    key: int
-    score: float
-    """The fused score (module docstring)."""
-    dense: float
-    lexical: float
-    content: str
-    created_at: datetime
-    observed_at: datetime
-    type: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,15 +202,15 @@ class Searcher:
                 dense = entry.vectors.search(vector, wanted)
             laps.lap("dense")
             when = asked_times(query, utc_day(now or datetime.now(UTC)))
-            hits = self._rank(entry, terms, by_query, vector, dense, wanted, when)
-            ranked = [h for h in hits if h.key not in shown]
-            if types:
-                allowed = set(types)
-                ranked = [h for h in ranked if entry.briefs[h.key].type in allowed]
-            chosen = [h for h in ranked if h.score >= min_score]
+            ranked = self._rank(entry, terms, by_query, vector, dense, wanted, when)
+            at = ranked.positions(shown, types)
+            passing = at[ranked.scores[at] >= min_score]
             # what the profile hides is not "relevant but left out": the budget warning's count
             hidden = {k for key in shown for k in entry.links.get(key, ())}
-            relevant = sum(1 for h in chosen if h.key not in hidden)
+            relevant = len(passing)
+            if hidden:
+                relevant -= int(np.isin(ranked.keys[passing], list(hidden)).sum())
+            chosen = ranked.hits(passing[:limit] if shares is None else passing)
             laps.lap("rank")
             if shares is None:
                 return Recalled(profile, chosen[:limit], relevant, laps.ms)
@@ -234,7 +218,7 @@ class Searcher:
                 found = self._choose(entry, chosen, limit, shares, shown)
                 laps.lap("choice")
                 return Recalled(profile, found, relevant, laps.ms)
-        judged = ranked[:JUDGED]
+            judged = ranked.hits(at[:JUDGED])
         picked = await judge(query, judged)  # a model's answer: never under the lock
         if picked is not None and picked:  # those it passed over of what it saw go
             seen = {h.key for h in judged}
@@ -268,7 +252,7 @@ class Searcher:
         dense: tuple[np.ndarray, np.ndarray],
         wanted: int,
         when: Sequence[Window] = (),
-    ) -> list[Hit]:
+    ) -> Ranked:
         """The candidates, best first. `when`: the times the query names
         (:func:`app.memory.search.when.times`); none: scores are the fused score alone."""
         lexical = entry.lexical
@@ -293,12 +277,4 @@ class Searcher:
                       for k in candidates.tolist()]  # fmt: skip
             scores = np.minimum(scores + TIME_BONUS * np.array(timely, dtype=np.float64), 1.0)
         order = np.lexsort((-candidates, -scores))
-        briefs = entry.briefs
-        hits = []
-        for i in order.tolist():
-            key = int(candidates[i])
-            brief = briefs[key]
-            hits.append(Hit(key, float(scores[i]), float(cos[i]), float(lex[i]),
-                            brief.content, brief.created_at, brief.observed_at,
-                            brief.type))  # fmt: skip
-        return hits
+        return Ranked(entry, candidates[order], scores[order], cos[order], lex[order])

@@ -142,7 +142,7 @@ async def test_the_judge_takes_no_more_than_the_recall_has_left() -> None:
     not ask, and the search's order stands."""
     from app.memory.chat.judge import RecallJudge
     from app.memory.learning.manager import Manager
-    from app.memory.search.ranking import Hit
+    from app.memory.search.ranked import Hit
     from app.metrics import Metrics
     from tests.conftest import make_settings
 

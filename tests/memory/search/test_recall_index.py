@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.search.lexical import Analyzer, LexicalIndex
 from app.memory.search.parts import decode
+from app.memory.search.ranked import Hit, Ranked
 from app.memory.service import MemoryService
 from app.memory.store.db import create_engine, upgrade
 from app.memory.store.memories import MemoryStore
@@ -217,6 +218,28 @@ def test_bm25_stems_drops_question_words_and_normalises() -> None:
     assert len(index.scores("kayaks").items()) == 190 and len(index.scores("kayaks").top(7)) == 7
 
 
+def test_the_matches_read_from_a_few_postings_are_every_slot_scoring() -> None:
+    """A query whose words few memories hold is matched from their postings, not by a pass over
+    every slot: the same keys, scores and best (freed and reused slots too)."""
+    index = LexicalIndex(Analyzer())
+    for key in range(1, 601):
+        index.add(key, f"note {key} about " + ("zeppelins and kayaks" if key % 97 == 0 else "tea"))
+    index.remove(194)
+    index.add(700, "the zeppelin's slot reused by kayaks")  # 97 * 2's slot, now another's
+    for query, few in (("zeppelin kayak", True), ("note about tea", False)):
+        scores = index.scores(query)
+        held = sum(len(slots) for slots in scores._touched)
+        assert (held * 32 < len(scores._by_slot)) is few  # both ways of finding them taken
+        every = np.flatnonzero(scores._by_slot)
+        expected = dict(
+            zip(index._keys[every].tolist(), scores._by_slot[every].tolist(), strict=True)
+        )
+        assert scores.items() == expected and len(expected) == (6 if few else 599)
+        best = sorted(expected.values(), reverse=True)[:3]  # (ties: any of them)
+        assert sorted((expected[k] for k in scores.top(3).tolist()), reverse=True) == best
+    assert 700 in index.scores("zeppelin").items() and 194 not in index.scores("zeppelin").items()
+
+
 def test_a_query_word_no_memory_holds_counts_against_the_match() -> None:
     index = LexicalIndex(Analyzer())
     index.add(1, "Having people who back you makes such a huge difference")
@@ -233,3 +256,34 @@ def test_a_query_word_no_memory_holds_counts_against_the_match() -> None:
     assert index.score_terms(terms, held_only=True).items() == pytest.approx(alone)
     # every word held: scored as before (the unknown words weigh as the rarest known one)
     assert index.scores("difference oil acrylic").items()[3] > 2 * asked[3]
+
+
+async def test_hits_are_made_only_for_what_a_search_may_return(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """~100 candidates are ranked; a search makes hits for its limit, a chat's recall for those
+    above its threshold (the choice reads them all), and they are the best of the ranking."""
+    memory = service(engine)
+    await memory.add("ann", [NewMemory(text) for text in sentences(120)])
+    made: list[int] = []
+    hits = Ranked.hits
+
+    def counted(self: Ranked, positions: np.ndarray) -> list[Hit]:
+        made.append(len(positions))
+        found = hits(self, positions)
+        assert [h.score for h in found] == sorted((h.score for h in found), reverse=True)
+        return found
+
+    monkeypatch.setattr(Ranked, "hits", counted)
+    everything = await memory.search("ann", "violin chess tennis", limit=100, min_score=0.0)
+    assert made == [len(everything)] and len(everything) > 20
+    made.clear()
+    best = await memory.search("ann", "violin chess tennis", limit=3, min_score=0.0)
+    assert made == [3] and [f.hit for f in best] == [f.hit for f in everything[:3]]
+    made.clear()
+    threshold = everything[10].hit.score
+    recalled = await memory.recall(
+        "ann", "violin chess tennis", limit=3, min_score=threshold, budget_tokens=10_000
+    )
+    above = [f.hit for f in everything if f.hit.score >= threshold]
+    assert made == [len(above)] and recalled.hits == above[:3] and recalled.relevant == len(above)
