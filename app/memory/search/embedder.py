@@ -18,7 +18,11 @@ float32, L2-normalised, so a dot product is the cosine similarity.
 
 :meth:`Embedder.embed` is the async entry: it never runs on the event loop, joins concurrent
 callers' texts into one batch, and caches recent single texts (repeated queries are common:
-the same question resent, a regenerate).
+the same question resent, a regenerate). A chat's query (:meth:`Embedder.embed_query` of the
+queries' embedder, made ``inline``) runs on the event loop when that embedder is idle: ~1.6-2
+ms of the loop, as the exhaustive vector scan already takes, for two thread wake-ups fewer
+(the hand-off to the model's thread and the answer's back): added time to first byte x0.94
+and x0.96 in two runs, throughput at concurrency 16 unchanged (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -85,10 +89,17 @@ class Embedder:
     """Turns texts into normalised float32 vectors; see the module docstring for the promises."""
 
     def __init__(
-        self, files: ModelFiles, *, threads: int = 1, cache_size: int = 2048, niceness: int = 0
+        self,
+        files: ModelFiles,
+        *,
+        threads: int = 1,
+        cache_size: int = 2048,
+        niceness: int = 0,
+        inline: bool = False,
     ) -> None:
         """`niceness` > 0 runs the model at a lower CPU priority (Linux, per thread): for
-        background work that must yield to chats."""
+        background work that must yield to chats. `inline`: a lone query is embedded on the
+        caller's thread (:meth:`embed_query`)."""
         import onnxruntime as ort  # type: ignore[import-untyped]
 
         options = ort.SessionOptions()
@@ -102,6 +113,7 @@ class Embedder:
             initargs=(niceness,),
         )  # fmt: skip
         self._cache_size = cache_size
+        self._inline = inline
         try:
             self._start(files, options, ort)
         except BaseException:
@@ -165,6 +177,15 @@ class Embedder:
         return np.stack(await asyncio.gather(*futures))
 
     async def embed_query(self, text: str) -> np.ndarray:
+        """`text`'s vector: when the embedder is ``inline`` and nothing is queued or running on
+        its thread, made here, on the event loop (the module docstring); else as :meth:`embed`
+        makes it."""
+        if self._inline and not self._pending and (self._drainer is None or self._drainer.done()):
+            cached = self._cache.get(text)
+            if cached is None:
+                cached = self.encode([text])[0]
+                self._remember(text, cached)
+            return cached
         vectors: np.ndarray = (await self.embed([text]))[0]
         return vectors
 
@@ -211,8 +232,9 @@ class PairedEmbedder:
 
     Measured on the LoCoMo dev conversations: fp32 memory vectors searched with int8 query
     vectors rank as well as fp32 throughout (recall@5/@10 .605/.724 against .604/.719), and an
-    int8 query costs ~2 ms instead of ~7; int8 memory vectors cost 2 points. Each session runs on
-    its own thread, so a bulk import never delays a chat's query.
+    int8 query costs ~2 ms instead of ~7; int8 memory vectors cost 2 points. The memories' session
+    runs on threads of its own and a query on the event loop (:meth:`Embedder.embed_query`),
+    so a bulk import never delays a chat's query.
     """
 
     def __init__(self, documents: Embedder, queries: Embedder) -> None:
@@ -245,7 +267,7 @@ def load_embedder(settings: Settings) -> TextEmbedder:
     quantize = settings.embedding_quantize
     # Memories are embedded for imports and the Manager, in the background: below chats, on
     # every core. A query runs on a session of its own, one thread (a second only spins:
-    # docs/performance.md), never queued behind an import's batch.
+    # docs/performance.md), never queued behind an import's batch; alone, on the event loop.
     documents = Embedder(
         prepare(model, cache, quantize=quantize == "all"),
         threads=settings.embedding_threads or usable_cores(),
@@ -253,7 +275,9 @@ def load_embedder(settings: Settings) -> TextEmbedder:
     )
     logger.info("embedding memories with %s", documents.model_name)
     try:
-        queries = Embedder(prepare(model, cache, quantize=quantize != "none"), threads=1)
+        queries = Embedder(
+            prepare(model, cache, quantize=quantize != "none"), threads=1, inline=True
+        )
     except BaseException:
         documents.close()
         raise

@@ -225,6 +225,25 @@ def test_memories_are_embedded_on_several_threads_below_chats_a_query_on_one_of_
         assert sorted(started.values()).count(10) == 3
         query_thread = str(queries._executor.submit(threading.get_native_id).result())
         assert _nice_by_thread()[query_thread] == 0
+        # A chat's query is embedded on the event loop's thread (no hand-off), a memory on the
+        # memories' thread; both as the model's thread would make them.
+        ran: dict[str, int] = {}
+        for name, embedder in (("documents", documents), ("queries", queries)):
+            encode = embedder.encode
+
+            def recorded(texts: Any, name: str = name, encode: Any = encode) -> Any:
+                ran[name] = threading.get_native_id()
+                return encode(texts)
+
+            embedder.encode = recorded  # type: ignore[method-assign]
+
+        async def both() -> tuple[Any, Any]:
+            return await loaded.embed_query("a query"), await loaded.embed(["a memory"])
+
+        query, memory = asyncio.run(both())
+        assert ran["queries"] == threading.get_native_id() != ran["documents"]
+        assert np.allclose(query, queries._executor.submit(queries.encode, ["a query"]).result()[0])
+        assert queries.batches == 3 and query.shape == memory[0].shape  # probe, twice "a query"
     finally:
         loaded.close()
 
