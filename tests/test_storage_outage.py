@@ -20,6 +20,7 @@ import asyncio
 import os
 import re
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -32,6 +33,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+from app.memory.chat import glue
 from app.memory.learning.turns import load, role_of, text_of
 from app.memory.store.db import create_engine, writing
 from app.memory.store.tables import ManagerJob
@@ -269,6 +271,28 @@ async def test_a_retry_that_finds_its_turns_taken_by_the_refused_chat_s_late_job
     async with async_sessionmaker(services(client).engine)() as session:
         (status,) = list(await session.scalars(select(ManagerJob.status)))
     assert status == "queued"
+
+
+async def test_making_a_large_bodys_turns_is_not_the_databases_time(
+    make_client: AppClientFactory, upstream: respx.Router, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound is the database's: a conversation whose turns take longer to make than the
+    bound (a 50 MB history on a busy machine: bench/loop_stall.py answered 503) still has its
+    answer and its job; the database's own slowness still counts (the test above)."""
+    answer(upstream, stream=False)
+    client = await learning_client(make_client, job_write_timeout_seconds=0.3)
+    made = glue._turns
+
+    def slow(ctx: Any) -> Any:  # runs off the loop, as for a large body
+        time.sleep(0.6)
+        return made(ctx)
+
+    monkeypatch.setattr(glue, "_turns", slow)
+    response = await client.post(
+        "/v1/chat/completions", json=chat(REMEMBER, stream=False), headers=ANN
+    )
+    assert response.status_code == 200 and "locker 42" in response.text
+    assert await jobs_with(client, REMEMBER) == 1
 
 
 @pytest.mark.parametrize("memory", ["read-only", "off"])

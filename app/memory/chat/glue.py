@@ -226,7 +226,8 @@ class ChatMemory:
         :class:`StorageUnavailable`."""
         bound.watch()
         try:
-            turns, marks = await off_loop(ctx.body_bytes, _turns, ctx)
+            with bound.aside():
+                turns, marks = await off_loop(ctx.body_bytes, _turns, ctx)
             for attempt in itertools.count(1):
                 try:
                     return await self._queue_turns(ctx, turns, marks)

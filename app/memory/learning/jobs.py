@@ -57,6 +57,8 @@ class Queued:
 SQL_BATCH = 256
 """Fingerprints per statement: a conversation of 50,000 turns in one statement took seconds to
 compile (on the event loop) and exceeds SQLite's limit of bound parameters."""
+INSERT_BATCH = 2048
+"""Fingerprints per round trip of a job's insert (each a few ms of the event loop)."""
 MODEL_CHARS = 256
 """What `manager_state.model` holds of a chat's model name at most."""
 
@@ -147,17 +149,20 @@ class JobQueue(IdleJobs):
         on its way; :meth:`complete` makes the job due, :meth:`withdraw` takes it back."""
         stamp = now()
         async with writing(self._sessions) as session:
-            insert = insert_for(session)
-            # The database decides which turns are this job's: the fingerprints it inserts.
+            # The database decides which turns are this job's: the fingerprints it inserts. One
+            # statement, compiled once, given the rows a batch at a time (SQLAlchemy's
+            # "insertmanyvalues" makes each batch one multi-row INSERT): a statement of its own
+            # per batch was compiled every time, ~20 ms of the event loop each, 4 s for a
+            # 50,000-turn conversation (bench/loop_stall.py).
+            statement = (
+                insert_for(session)(ProcessedTurn)
+                .on_conflict_do_nothing()
+                .returning(ProcessedTurn.fingerprint)
+            )
             taken: set[str] = set()
-            for _, batch in pieces(exchange.fingerprints, SQL_BATCH):
-                taken.update(await session.scalars(
-                    insert(ProcessedTurn)
-                    .values([{"user_id": user_id, "fingerprint": f, "created_at": stamp}
-                             for f in batch])
-                    .on_conflict_do_nothing()
-                    .returning(ProcessedTurn.fingerprint)
-                ))  # fmt: skip
+            for _, batch in pieces(exchange.fingerprints, INSERT_BATCH):
+                rows = [{"user_id": user_id, "fingerprint": f, "created_at": stamp} for f in batch]
+                taken.update(await session.scalars(statement, rows))
             if not taken:
                 return None
             job = ManagerJob(

@@ -14,6 +14,7 @@ from pydantic_ai.models.function import AgentInfo
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.memory.learning import jobs
 from app.memory.learning.applier import Applier, JobGone
 from app.memory.learning.decisions import Op, Operation
 from app.memory.learning.extraction import MAX_JOB_TURNS, exchange
@@ -312,3 +313,31 @@ async def test_an_answer_arriving_after_midnight_keeps_its_turns_day(engine: Asy
     assert await queue.enqueue("ann", "m", second, interval_seconds=3600) is not None
     await queue.complete(late.job_id, "ok", interval_seconds=3600)
     assert (await queue.counts())["queued"] == 2
+
+
+async def test_a_jobs_turns_are_those_no_other_job_took_across_insert_batches(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database decides which turns are a job's, a batch of fingerprints at a time (one
+    statement given many rows): two requests of one conversation that each saw no job take
+    each turn once, whichever batch holds it."""
+    monkeypatch.setattr(jobs, "INSERT_BATCH", 3)
+    store = MemoryStore(engine)
+    queue = JobQueue(store.sessions, limit=100)
+    turns = [turn("user" if i % 2 == 0 else "assistant", f"turn {i}") for i in range(14)]
+    first = exchange(turns[:8], set(), threshold=1)
+    longer = exchange(turns, set(), threshold=1)  # as if the first were not written yet
+    assert first is not None and longer is not None
+    assert set(first.fingerprints) < set(longer.fingerprints) and len(longer.fingerprints) > 6
+    # awaiting their answers, as chats queue them: two jobs, not one merged
+    one = await queue.enqueue("ann", "m", first, interval_seconds=3600, awaiting=True)
+    two = await queue.enqueue("ann", "m", longer, interval_seconds=3600, awaiting=True)
+    assert one is not None and two is not None and one.job_id != two.job_id
+    assert await queue.enqueue("ann", "m", longer, interval_seconds=3600) is None  # all taken
+    async with store.sessions() as session:
+        payloads = {j.id: j.payload for j in await session.scalars(select(ManagerJob))}
+    assert payloads[one.job_id]["fingerprints"] == sorted(first.fingerprints)
+    assert payloads[two.job_id]["fingerprints"] == sorted(
+        set(longer.fingerprints) - set(first.fingerprints)
+    )
+    assert await queue.processed("ann", longer.fingerprints) == set(longer.fingerprints)
