@@ -19,10 +19,11 @@ float32, L2-normalised, so a dot product is the cosine similarity.
 :meth:`Embedder.embed` is the async entry: it never runs on the event loop, joins concurrent
 callers' texts into one batch, and caches recent single texts (repeated queries are common:
 the same question resent, a regenerate). A chat's query (:meth:`Embedder.embed_query` of the
-queries' embedder, made ``inline``) runs on the event loop when that embedder is idle: ~1.6-2
-ms of the loop, as the exhaustive vector scan already takes, for two thread wake-ups fewer
-(the hand-off to the model's thread and the answer's back): added time to first byte x0.94
-and x0.96 in two runs, throughput at concurrency 16 unchanged (docs/performance.md).
+queries' embedder, made ``inline``) runs on the event loop when that embedder is idle and the
+query short (:data:`INLINE_CHARS`): a few ms of the loop, as the exhaustive vector scan
+already takes, for two thread wake-ups fewer (the hand-off to the model's thread and the
+answer's back): added time to first byte x0.94 and x0.96 in two runs, throughput at
+concurrency 16 unchanged (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("memproxy.embedder")
 
 MAX_BATCH = 64
+INLINE_CHARS = 160
+"""The longest query an ``inline`` embedder makes on the event loop: ~40 tokens, 2-5 ms of the
+loop on the 2-core machines here (the int8 model takes ~0.1 ms a token); a longer one, up to
+the model's 256 tokens (~35 ms), goes to the model's thread (measured by bench/loop_stall.py:
+a 50 MB message's query held the loop ~50 ms)."""
 
 
 class TextEmbedder(Protocol):
@@ -177,10 +183,11 @@ class Embedder:
         return np.stack(await asyncio.gather(*futures))
 
     async def embed_query(self, text: str) -> np.ndarray:
-        """`text`'s vector: when the embedder is ``inline`` and nothing is queued or running on
-        its thread, made here, on the event loop (the module docstring); else as :meth:`embed`
-        makes it."""
-        if self._inline and not self._pending and (self._drainer is None or self._drainer.done()):
+        """`text`'s vector: when the embedder is ``inline``, nothing is queued or running on its
+        thread and `text` is short (:data:`INLINE_CHARS`), made here, on the event loop (the
+        module docstring); else as :meth:`embed` makes it."""
+        idle = not self._pending and (self._drainer is None or self._drainer.done())
+        if self._inline and idle and len(text) <= INLINE_CHARS:
             cached = self._cache.get(text)
             if cached is None:
                 cached = self.encode([text])[0]

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 import pytest
 
-from app.memory.search.embedder import Embedder, bundled_model_path
+from app.memory.search.embedder import INLINE_CHARS, Embedder, bundled_model_path
 from app.memory.search.onnx_model import _content_key, prepare
 
 TEXTS = [
@@ -237,6 +237,8 @@ def test_memories_are_embedded_on_several_threads_below_chats_a_query_on_one_of_
 
             embedder.encode = recorded  # type: ignore[method-assign]
 
+        long = "a long question " * (INLINE_CHARS // 16 + 1)
+
         async def both() -> tuple[Any, Any]:
             return await loaded.embed_query("a query"), await loaded.embed(["a memory"])
 
@@ -244,6 +246,8 @@ def test_memories_are_embedded_on_several_threads_below_chats_a_query_on_one_of_
         assert ran["queries"] == threading.get_native_id() != ran["documents"]
         assert np.allclose(query, queries._executor.submit(queries.encode, ["a query"]).result()[0])
         assert queries.batches == 3 and query.shape == memory[0].shape  # probe, twice "a query"
+        asyncio.run(loaded.embed_query(long))  # too long to hold the loop: the model's thread
+        assert ran["queries"] == int(query_thread)
     finally:
         loaded.close()
 
