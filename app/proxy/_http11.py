@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import deque
+from collections.abc import Sequence
 from typing import cast
 
 import httptools
@@ -176,10 +177,14 @@ class Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
 
-    async def send(self, data: bytes, timeout: float | None) -> None:
+    async def send(self, data: Sequence[bytes], timeout: float | None) -> None:
+        """Write `data`'s pieces in order (each as it is: a 50 MB body is not copied into one
+        piece with its head), then wait while the transport's buffer is full."""
         if self.closed or self.transport is None:
             raise Dead("the connection is closed")
-        self.transport.write(data)
+        for piece in data:
+            if piece:
+                self.transport.write(piece)
         if self._drain is not None:
             async with asyncio.timeout(timeout):
                 await self._drain
@@ -228,8 +233,10 @@ _FIELD_VALUE = re.compile(rb"[^\x00-\x08\x0a-\x1f\x7f]*")
 _TARGET = re.compile(rb"[^\x00-\x20\x7f]+")
 
 
-def serialise(request: httpx.Request, body: bytes) -> bytes:
-    """The request head and body as bytes; the body is always sent with a Content-Length.
+def serialise(request: httpx.Request, body: bytes) -> tuple[bytes, bytes]:
+    """The request's head and its body, to be written one after the other (joined, a 50 MB
+    body was copied once more on the event loop: ~10-30 ms); the body is always sent with a
+    Content-Length.
 
     Every byte of the head is checked first, as h11 does: a method or header name that is not a
     token, a target with a space or control byte, or a header value with CR, LF, NUL or another
@@ -252,5 +259,4 @@ def serialise(request: httpx.Request, body: bytes) -> bytes:
     if body or request.method in ("POST", "PUT", "PATCH"):
         lines += [b"content-length: ", str(len(body)).encode("ascii"), b"\r\n"]
     lines.append(b"\r\n")
-    lines.append(body)
-    return b"".join(lines)
+    return b"".join(lines), body

@@ -1,0 +1,90 @@
+"""A large body's copies: read, it is joined off the event loop (CPython lets go of the GIL while
+it copies a large join: the loop goes on serving); sent, it is written after its head as it is,
+not copied into one piece with it. The bytes are the same either way."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from typing import Any
+
+import httpx
+import pytest
+from starlette.requests import Request
+
+from app.proxy import _http11, body, offload
+from app.proxy.offload import LARGE_BODY_BYTES
+from app.proxy.transport import LeanTransport
+
+
+def _request(chunks: list[bytes]) -> Request:
+    messages = [{"type": "http.request", "body": c, "more_body": True} for c in chunks]
+    messages.append({"type": "http.request", "body": b"", "more_body": False})
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": []}
+    return Request(scope, receive)
+
+
+@pytest.mark.parametrize("size", [1000, 4 * LARGE_BODY_BYTES])
+async def test_a_large_body_is_joined_off_the_event_loop(
+    size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunks = [bytes([i % 251]) * 4096 for i in range(-(-size // 4096))]
+    joined_on: list[int] = []
+    off_loop = offload.off_loop
+
+    async def recorded(size: int, fn: Any, *args: Any) -> Any:
+        def join(*a: Any) -> Any:
+            joined_on.append(threading.get_ident())
+            return fn(*a)
+
+        return await off_loop(size, join, *args)
+
+    monkeypatch.setattr(body, "off_loop", recorded)
+    read = await body.read_body(_request(chunks), limit=10 * size)
+    assert read == b"".join(chunks)
+    loop_thread = threading.get_ident()
+    assert (joined_on[0] != loop_thread) == (size > LARGE_BODY_BYTES)
+
+
+async def test_a_large_body_is_written_after_its_head_not_joined_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    received: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))  # fmt: skip
+        received.append(await reader.readexactly(length))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    written: list[list[bytes]] = []
+    send = _http11.Connection.send
+
+    async def recorded(self: Any, data: Any, *args: Any) -> None:
+        written.append(list(data))
+        await send(self, data, *args)
+
+    monkeypatch.setattr(_http11.Connection, "send", recorded)
+    payload = bytes(range(256)) * (3 * 4096)  # 3 MB
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with (
+        server,
+        httpx.AsyncClient(
+            transport=LeanTransport(limits=httpx.Limits(max_connections=2))
+        ) as client,
+    ):
+        response = await client.post(f"http://127.0.0.1:{port}/x", content=payload)
+    assert response.status_code == 200
+    (pieces,) = written
+    assert len(pieces) == 2 and pieces[0].endswith(b"\r\n\r\n") and len(pieces[0]) < 1000
+    assert pieces[1] == payload
+    assert hashlib.sha256(received[0]).digest() == hashlib.sha256(payload).digest()
