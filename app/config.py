@@ -118,8 +118,9 @@ class Settings(ManagerSettings):
     job_write_timeout_seconds: float = Field(default=5.0, gt=0)
     """Longest a chat's answer waits for its Manager job to be written, a write the database
     fails (restarting, locked beyond patience, full) tried again meanwhile; its turn on a SQLite
-    file another process writes is not counted. Beyond it the chat answers 503 with Retry-After
-    and none of the answer, so that a client that got an answer has its job."""
+    file another process writes is not counted, nor the making of a large body's turns. Beyond
+    it the chat answers 503 with Retry-After and none of the answer, so that a client that got
+    an answer has its job."""
 
     # --- memory: embeddings, recall and injection ------------------------------------------
     embedding_model: str = ""

@@ -152,7 +152,8 @@ _watched: ContextVar[WriteBound | None] = ContextVar("memproxy_write_bound", def
 class WriteBound:
     """How long a write may take: `seconds` from now (the loop's clock), not counting the time it
     waits its turn on a busy SQLite file (:func:`waiting_turn`: the database answers, another
-    writer holds its lock), unless that wait fails (locked beyond the write's patience)."""
+    writer holds its lock), unless that wait fails (locked beyond the write's patience), nor
+    the work set :meth:`aside` (the machine's, not the database's)."""
 
     def __init__(self, seconds: float) -> None:
         self._loop = asyncio.get_running_loop()

@@ -37,6 +37,7 @@ from app.memory.chat import glue
 from app.memory.learning.turns import load, role_of, text_of
 from app.memory.store.db import create_engine, writing
 from app.memory.store.tables import ManagerJob
+from app.proxy import offload
 from app.storage_faults import storage_failure, write_failure
 from tests import databases
 from tests.conftest import AppClientFactory
@@ -288,6 +289,7 @@ async def test_making_a_large_bodys_turns_is_not_the_databases_time(
         return made(ctx)
 
     monkeypatch.setattr(glue, "_turns", slow)
+    monkeypatch.setattr(offload, "LARGE_BODY_BYTES", 0)  # this body as a large one: in a thread
     response = await client.post(
         "/v1/chat/completions", json=chat(REMEMBER, stream=False), headers=ANN
     )

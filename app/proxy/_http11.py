@@ -26,6 +26,8 @@ from typing import cast
 import httptools
 import httpx
 
+from app.proxy.offload import LARGE_BODY_BYTES
+
 _HIGH_WATER = 1024 * 1024
 """Unread body bytes at which the socket stops being read (resumed once they are taken)."""
 MAX_HEAD_BYTES = 64 * 1024
@@ -235,8 +237,9 @@ _TARGET = re.compile(rb"[^\x00-\x20\x7f]+")
 
 def serialise(request: httpx.Request, body: bytes) -> tuple[bytes, bytes]:
     """The request's head and its body, to be written one after the other (joined, a 50 MB
-    body was copied once more on the event loop: ~10-30 ms); the body is always sent with a
-    Content-Length.
+    body was copied once more on the event loop: ~10-30 ms); a body of up to
+    :data:`~app.proxy.offload.LARGE_BODY_BYTES` comes joined to the head, the second piece empty.
+    The body is always sent with a Content-Length.
 
     Every byte of the head is checked first, as h11 does: a method or header name that is not a
     token, a target with a space or control byte, or a header value with CR, LF, NUL or another
@@ -259,4 +262,6 @@ def serialise(request: httpx.Request, body: bytes) -> tuple[bytes, bytes]:
     if body or request.method in ("POST", "PUT", "PATCH"):
         lines += [b"content-length: ", str(len(body)).encode("ascii"), b"\r\n"]
     lines.append(b"\r\n")
+    if len(body) <= LARGE_BODY_BYTES:  # one write, one segment for the usual request
+        return b"".join([*lines, body]), b""
     return b"".join(lines), body

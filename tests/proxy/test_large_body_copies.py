@@ -83,8 +83,11 @@ async def test_a_large_body_is_written_after_its_head_not_joined_to_it(
         ) as client,
     ):
         response = await client.post(f"http://127.0.0.1:{port}/x", content=payload)
-    assert response.status_code == 200
-    (pieces,) = written
+        small = await client.post(f"http://127.0.0.1:{port}/x", content=b'{"a": 1}')
+    assert response.status_code == 200 and small.status_code == 200
+    pieces, (joined, nothing) = written
+    assert joined.endswith(b'\r\n\r\n{"a": 1}') and nothing == b""  # a small one: one write
+    assert received[1] == b'{"a": 1}'
     assert len(pieces) == 2 and pieces[0].endswith(b"\r\n\r\n") and len(pieces[0]) < 1000
     assert pieces[1] == payload
     assert hashlib.sha256(received[0]).digest() == hashlib.sha256(payload).digest()

@@ -25,8 +25,9 @@ Promises (see :mod:`app.proxy.hooks` for when each hook runs):
   restarting, locked beyond patience, full) is tried again, with growing pauses, for up to
   ``MEMPROXY_JOB_WRITE_TIMEOUT_SECONDS`` from its start, not counting its waits for its turn on
   a SQLite file another writer holds (:class:`app.storage_faults.WriteBound`: the database
-  answers, busy; they wait as every write does); when it is not written by then, the chat
-  answers 503 ``storage_unavailable`` with ``Retry-After`` and none of the answer. A write
+  answers, busy; they wait as every write does) nor the making of a large body's turns; when
+  it is not written by then, the chat answers 503 ``storage_unavailable`` with
+  ``Retry-After`` and none of the answer. A write
   that lands after that is kept, due without an answer: the client's retry, which carries the
   same turns, may already have found them taken (withdrawing the job then would leave them
   learned by no job). When the response completes the reply is added and the worker woken,

@@ -20,10 +20,8 @@ float32, L2-normalised, so a dot product is the cosine similarity.
 callers' texts into one batch, and caches recent single texts (repeated queries are common:
 the same question resent, a regenerate). A chat's query (:meth:`Embedder.embed_query` of the
 queries' embedder, made ``inline``) runs on the event loop when that embedder is idle and the
-query short (:data:`INLINE_CHARS`): a few ms of the loop, as the exhaustive vector scan
-already takes, for two thread wake-ups fewer (the hand-off to the model's thread and the
-answer's back): added time to first byte x0.94 and x0.96 in two runs, throughput at
-concurrency 16 unchanged (docs/performance.md).
+query short (:data:`INLINE_TOKENS`): a few ms of the loop for two thread wake-ups fewer (there
+and back): added time to first byte x0.94-0.96, throughput unchanged (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -37,11 +35,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from app.memory.search.cores import usable_cores
 from app.memory.search.onnx_cache import ModelUnavailable
 from app.memory.search.onnx_model import ModelFiles, prepare, run, tokenizer_for
 
@@ -51,11 +49,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("memproxy.embedder")
 
 MAX_BATCH = 64
-INLINE_CHARS = 160
-"""The longest query an ``inline`` embedder makes on the event loop: ~40 tokens, 2-5 ms of the
-loop on the 2-core machines here (the int8 model takes ~0.1 ms a token); a longer one, up to
-the model's 256 tokens (~35 ms), goes to the model's thread (measured by bench/loop_stall.py:
-a 50 MB message's query held the loop ~50 ms)."""
+INLINE_TOKENS = 40
+"""The most tokens of a query embedded on the event loop (~0.1 ms a token here: 2-5 ms); a longer
+one, up to 256 tokens (~35 ms: bench/loop_stall.py saw ~50 ms), goes to the model's thread."""
+INLINE_CHARS = 400
+"""Longer queries are not even tokenised on the loop (English runs ~4 characters a token)."""
 
 
 class TextEmbedder(Protocol):
@@ -169,11 +167,9 @@ class Embedder:
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[np.ndarray]] = []
         for text in texts:
-            cached = self._cache.get(text)
+            cached = self._cached(text)
             future: asyncio.Future[np.ndarray] = loop.create_future()
             if cached is not None:
-                self._cache.move_to_end(text)
-                self.cache_hits += 1
                 future.set_result(cached)
             else:
                 self._pending.append((text, future))
@@ -184,17 +180,29 @@ class Embedder:
 
     async def embed_query(self, text: str) -> np.ndarray:
         """`text`'s vector: when the embedder is ``inline``, nothing is queued or running on its
-        thread and `text` is short (:data:`INLINE_CHARS`), made here, on the event loop (the
+        thread and `text` is short (:data:`INLINE_TOKENS`), made here, on the event loop (the
         module docstring); else as :meth:`embed` makes it."""
         idle = not self._pending and (self._drainer is None or self._drainer.done())
-        if self._inline and idle and len(text) <= INLINE_CHARS:
-            cached = self._cache.get(text)
-            if cached is None:
-                cached = self.encode([text])[0]
-                self._remember(text, cached)
-            return cached
-        vectors: np.ndarray = (await self.embed([text]))[0]
-        return vectors
+        if not (self._inline and idle and self._short(text)):
+            vectors: np.ndarray = (await self.embed([text]))[0]
+            return vectors
+        cached = self._cached(text)
+        if cached is None:
+            cached = self.encode([text])[0]
+            self._remember(text, cached)
+        return cached.copy()  # as embed's: the cache's own array never leaves
+
+    def _cached(self, text: str) -> np.ndarray | None:
+        cached = self._cache.get(text)
+        if cached is not None:
+            self._cache.move_to_end(text)
+            self.cache_hits += 1
+        return cached
+
+    def _short(self, text: str) -> bool:
+        # Characters first (a long text is not tokenised here), then tokens: 160 characters of
+        # Chinese are ~160 tokens, of English ~40.
+        return len(text) <= INLINE_CHARS and len(self._tokenizer.encode(text).ids) <= INLINE_TOKENS
 
     async def _drain(self) -> None:
         """Run the model over everything waiting, in batches, until nothing waits."""
@@ -289,36 +297,3 @@ def load_embedder(settings: Settings) -> TextEmbedder:
         documents.close()
         raise
     return PairedEmbedder(documents, queries)
-
-
-MAX_AUTO_THREADS = 8
-"""The most threads `MEMPROXY_EMBEDDING_THREADS=0` gives: a bound on one process's share of a big
-machine (several copies of memproxy on one machine each take it), not a measured optimum."""
-CGROUP = Path("/sys/fs/cgroup")
-
-
-def usable_cores(cgroup: Path = CGROUP) -> int:
-    """The CPUs this process may use: its affinity, its container's CPU limit (a cgroup quota:
-    more threads than it allows use the quota up early in each period, and then the whole
-    process waits, the event loop too), at most :data:`MAX_AUTO_THREADS`."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    quota = cgroup_cpus(cgroup)
-    return max(1, min(cores or 1, quota or MAX_AUTO_THREADS, MAX_AUTO_THREADS))
-
-
-def cgroup_cpus(root: Path) -> int | None:
-    """Whole CPUs the cgroup under `root` may use (cgroup v2's ``cpu.max``, else v1's CFS quota),
-    rounded up; None: no limit, or none readable."""
-    try:
-        quota, period = (root / "cpu.max").read_text().split()[:2]
-    except (OSError, ValueError):
-        try:
-            quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
-            period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
-        except OSError:
-            return None
-    try:
-        limit, every = int(quota), int(period)
-    except ValueError:  # "max": no limit
-        return None
-    return -(-limit // every) if limit > 0 and every > 0 else None

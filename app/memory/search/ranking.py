@@ -40,10 +40,10 @@ from datetime import UTC, datetime
 import numpy as np
 import numpy.ma  # else np.unique imports it in the first search: 47 ms on the loop
 
+from app.memory.search.bm25_scores import Scores
 from app.memory.search.cache import IndexCache
 from app.memory.search.dense import Cosines
 from app.memory.search.embedder import TextEmbedder
-from app.memory.search.lexical import Scores
 from app.memory.search.profile import Standing, standing
 from app.memory.search.ranked import Hit, Ranked
 from app.memory.search.selection import choose
@@ -124,8 +124,9 @@ class Searcher:
         `min_score`, only of `types` when given. `background` searches (the Manager's) embed
         the query on the memories' embedder, leaving the query embedder to chats. `now`: when
         the query is asked (a time it names, "last May", is read from that day; default now)."""
-        # The query is embedded on the embedder's thread while the index is checked and BM25
-        # scores the query here: neither needs the other.
+        # The query is embedded (on the loop when short, else on the model's thread: its
+        # embedder's promise) while the index is checked and BM25 scores it: neither needs the
+        # other.
         embedding = asyncio.ensure_future(
             self._embed_background(query) if background else self._embedder.embed_query(query)
         )
@@ -204,7 +205,7 @@ class Searcher:
             when = asked_times(query, utc_day(now or datetime.now(UTC)))
             ranked = self._rank(entry, terms, by_query, vector, dense, wanted, when)
             at = ranked.positions(shown, types)
-            passing = at[ranked.scores[at] >= min_score]
+            passing = at[ranked.scores[at].astype(np.float64) >= min_score]  # as a Hit's
             # what the profile hides is not "relevant but left out": the budget warning's count
             hidden = {k for key in shown for k in entry.links.get(key, ())}
             relevant = len(passing)

@@ -10,9 +10,10 @@ asyncpg's ``fetch``), as the version's read is (:mod:`app.memory.store.versions`
 driver takes SQLAlchemy's way, with the same results.
 
 The rows are decoded here as SQLAlchemy's types would: SQLite keeps a datetime as ISO text, a
-boolean as 0/1 and JSON as text; asyncpg gives JSON as text (the codec SQLAlchemy sets on each
-connection) and the rest typed. Each statement sees what was committed before it began, as
-two separate reads did.
+boolean as 0/1 and JSON as text; asyncpg gives them typed (JSON decoded by the codec SQLAlchemy
+sets on each connection). Each statement sees what was committed before it began, as two
+separate reads did. A connection whose driver raised is invalidated, as SQLAlchemy does with
+one that failed: the pool opens a new one rather than hand it out again.
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ _LINKS = {
 def _decoded(driver: str, raw: Sequence[Any]) -> SimpleNamespace:
     """A raw row as a Core row of ``RECORD_COLUMNS`` reads: by attribute, decoded."""
     values = dict(zip(_NAMES, raw, strict=True))
-    meta = values["metadata"]
-    values["metadata"] = json.loads(meta) if isinstance(meta, str | bytes) else meta
     if driver == "aiosqlite":
+        meta = values["metadata"]
+        values["metadata"] = json.loads(meta) if isinstance(meta, str | bytes) else meta
         for name in ("pinned", "profile"):
             values[name] = bool(values[name])
         for name in ("created_at", "updated_at", "observed_at", "last_recalled_at"):
@@ -74,10 +75,16 @@ async def _driver(connection: AsyncConnection) -> tuple[str, Any] | None:
     return name, raw.driver_connection
 
 
-async def _fetch(driver: str, handle: Any, sql: str, params: Sequence[Any]) -> list[Any]:
-    if driver == "aiosqlite":
-        return list(await handle.execute_fetchall(sql, tuple(params)))
-    return list(await handle.fetch(sql, *params))
+async def _fetch(
+    connection: AsyncConnection, driver: str, handle: Any, sql: str, params: Sequence[Any]
+) -> list[Any]:
+    try:
+        if driver == "aiosqlite":
+            return list(await handle.execute_fetchall(sql, tuple(params)))
+        return list(await handle.fetch(sql, *params))
+    except Exception:
+        await connection.invalidate()
+        raise
 
 
 async def records(
@@ -116,7 +123,7 @@ async def _record_rows(
     sql = _RECORDS[driver]
     if driver == "aiosqlite":
         sql, params = sql.format(marks=", ".join("?" * len(keys))), list(keys)
-    return [_decoded(driver, row) for row in await _fetch(driver, handle, sql, params)]
+    return [_decoded(driver, row) for row in await _fetch(connection, driver, handle, sql, params)]
 
 
 async def _link_rows(
@@ -135,4 +142,4 @@ async def _link_rows(
     sql = _LINKS[driver]
     if driver == "aiosqlite":
         sql, params = sql.format(marks=", ".join("?" * len(ids))), [user_id, *ids, *ids]
-    return await _fetch(driver, handle, sql, params)
+    return await _fetch(connection, driver, handle, sql, params)

@@ -238,6 +238,7 @@ def test_memories_are_embedded_on_several_threads_below_chats_a_query_on_one_of_
             embedder.encode = recorded  # type: ignore[method-assign]
 
         long = "a long question " * (INLINE_CHARS // 16 + 1)
+        chinese = "我" * 60  # 60 characters, but a token each: over the limit
 
         async def both() -> tuple[Any, Any]:
             return await loaded.embed_query("a query"), await loaded.embed(["a memory"])
@@ -246,7 +247,24 @@ def test_memories_are_embedded_on_several_threads_below_chats_a_query_on_one_of_
         assert ran["queries"] == threading.get_native_id() != ran["documents"]
         assert np.allclose(query, queries._executor.submit(queries.encode, ["a query"]).result()[0])
         assert queries.batches == 3 and query.shape == memory[0].shape  # probe, twice "a query"
-        asyncio.run(loaded.embed_query(long))  # too long to hold the loop: the model's thread
+        for text in (long, chinese):  # too long to hold the loop: the model's thread
+            ran.clear()
+            asyncio.run(loaded.embed_query(text))
+            assert ran["queries"] == int(query_thread)
+        hits = queries.cache_hits
+        again = asyncio.run(loaded.embed_query("a query"))  # from the cache, counted, a copy
+        assert queries.cache_hits == hits + 1 and np.array_equal(again, query)
+        again[:] = 0
+        assert np.array_equal(asyncio.run(loaded.embed_query("a query")), query)
+
+        async def busy() -> None:  # a batch on the model's thread: the query waits its turn
+            ran.clear()
+            batch = asyncio.ensure_future(queries.embed(["a batch of one"]))
+            await asyncio.sleep(0)
+            await loaded.embed_query("another query")
+            await batch
+
+        asyncio.run(busy())
         assert ran["queries"] == int(query_thread)
     finally:
         loaded.close()
@@ -254,7 +272,8 @@ def test_memories_are_embedded_on_several_threads_below_chats_a_query_on_one_of_
 
 def test_the_default_threads_are_the_cores_the_process_may_use(model_cache: Path) -> None:
     from app.config import Settings
-    from app.memory.search.embedder import PairedEmbedder, load_embedder, usable_cores
+    from app.memory.search.cores import usable_cores
+    from app.memory.search.embedder import PairedEmbedder, load_embedder
 
     loaded = load_embedder(Settings(embedding_cache_dir=str(model_cache)))
     try:
@@ -281,7 +300,7 @@ def test_a_containers_cpu_limit_bounds_the_threads(
 ) -> None:
     """More threads than the quota allows use it up early in each period, and then the whole
     process waits: the event loop too."""
-    from app.memory.search.embedder import MAX_AUTO_THREADS, cgroup_cpus, usable_cores
+    from app.memory.search.cores import MAX_AUTO_THREADS, cgroup_cpus, usable_cores
 
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

@@ -280,6 +280,9 @@ async def test_hits_are_made_only_for_what_a_search_may_return(
     made.clear()
     best = await memory.search("ann", "violin chess tennis", limit=3, min_score=0.0)
     assert made == [3] and [f.hit for f in best] == [f.hit for f in everything[:3]]
+    edge = everything[5].hit.score + 1e-9  # above that score, though not in float32
+    assert all(f.hit.score >= edge for f in await memory.search("ann", "violin chess tennis",
+                                                                limit=100, min_score=edge))  # fmt: skip
     made.clear()
     threshold = everything[10].hit.score
     recalled = await memory.recall(

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.store import direct
@@ -88,13 +89,54 @@ async def test_the_drivers_read_gives_what_sqlalchemys_gives(
 
 
 async def test_many_keys_are_read_a_chunk_at_a_time(
-    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    store: MemoryStore, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keys, expected_links = await _written(store)
     whole, whole_links = await store.get_many_linked("ann", keys)
+    # the links as the API read them before (links.linked_ids, by id), in the same order
+    assert whole_links == await store.linked("ann", [r.id for r in whole.values()])
+    assert {k: sorted(v) for k, v in whole_links.items()} == expected_links
+    fetched: list[int] = []
+    fetch = direct._fetch
+
+    async def counted(connection: Any, driver: str, handle: Any, sql: str, params: Any) -> Any:
+        fetched.append(len(params))
+        return await fetch(connection, driver, handle, sql, params)
+
+    monkeypatch.setattr(direct, "_fetch", counted)
     monkeypatch.setattr(direct, "LINK_CHUNK", 2)
     records, links = await store.get_many_linked("ann", [*keys, *keys])  # repeated: read once
-    assert records == whole and {k: sorted(v) for k, v in links.items()} == expected_links
+    assert records == whole and links == whole_links
+    if engine.dialect.driver == "aiosqlite":  # 8 keys, 2 a chunk: 4 record reads, 3 link reads
+        assert len(fetched) == 7 and max(fetched) <= 5  # (bob's and the unknown key: no links)
+    else:
+        assert len(fetched) == 7
     assert await store.get_many_linked("ann", []) == ({}, {})
     assert await store.get_many_linked("bob", keys[:6]) == ({}, {})  # ann's keys: nothing
-    assert whole_links == {k: v for k, v in whole_links.items() if v}
+
+
+async def test_a_connection_whose_driver_failed_is_not_used_again(
+    store: MemoryStore, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys, _ = await _written(store)
+    invalidated: list[object] = []
+    event.listen(engine.sync_engine, "invalidate", lambda *args: invalidated.append(args))
+    real = direct._driver
+
+    async def failing(connection: Any) -> Any:
+        name, _ = await real(connection)
+
+        class Broken:
+            async def execute_fetchall(self, *args: Any) -> Any:
+                raise ConnectionResetError("the database went away")
+
+            fetch = execute_fetchall
+
+        return name, Broken()
+
+    with monkeypatch.context() as patched:
+        patched.setattr(direct, "_driver", failing)
+        with pytest.raises(ConnectionResetError):
+            await store.get_many("ann", keys)
+    assert len(invalidated) == 1  # the pool opens a new one
+    assert len(await store.get_many("ann", keys)) == 6
