@@ -50,8 +50,8 @@ logger = logging.getLogger("memproxy.embedder")
 
 MAX_BATCH = 64
 INLINE_TOKENS = 40
-"""The most tokens of a query embedded on the event loop (~0.1 ms a token here: 2-5 ms); a longer
-one, up to 256 tokens (~35 ms: bench/loop_stall.py saw ~50 ms), goes to the model's thread."""
+"""The most tokens (the model's two markers counted) of a query embedded on the event loop (~0.1
+ms a token here: 2-5 ms); a longer one, up to 256 (~35 ms), goes to the model's thread."""
 INLINE_CHARS = 400
 """Longer queries are not even tokenised on the loop (English runs ~4 characters a token)."""
 

@@ -12,8 +12,9 @@ driver takes SQLAlchemy's way, with the same results.
 The rows are decoded here as SQLAlchemy's types would: SQLite keeps a datetime as ISO text, a
 boolean as 0/1 and JSON as text; asyncpg gives them typed (JSON decoded by the codec SQLAlchemy
 sets on each connection). Each statement sees what was committed before it began, as two
-separate reads did. A connection whose driver raised is invalidated, as SQLAlchemy does with
-one that failed: the pool opens a new one rather than hand it out again.
+separate reads did. A connection whose driver raised, or whose read was cancelled, is
+invalidated, as SQLAlchemy does with one cut off: the pool opens a new one rather than hand it
+out again (not an in-memory SQLite's single connection, which is its database).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import StaticPool
 
 from app.memory.store.links import LINK_CHUNK, collect
 from app.memory.store.records import RECORD_COLUMNS, MemoryRecord, record_of_row
@@ -82,8 +84,9 @@ async def _fetch(
         if driver == "aiosqlite":
             return list(await handle.execute_fetchall(sql, tuple(params)))
         return list(await handle.fetch(sql, *params))
-    except Exception:
-        await connection.invalidate()
+    except BaseException:  # a cancelled read too: the driver may still be in the statement
+        if not isinstance(connection.sync_engine.pool, StaticPool):  # an in-memory SQLite's one
+            await connection.invalidate()  # connection is its database: kept
         raise
 
 

@@ -233,6 +233,8 @@ def test_memories_are_embedded_on_several_threads_below_chats_a_query_on_one_of_
 
             def recorded(texts: Any, name: str = name, encode: Any = encode) -> Any:
                 ran[name] = threading.get_native_id()
+                for text in texts:
+                    ran[text] = ran[name]
                 return encode(texts)
 
             embedder.encode = recorded  # type: ignore[method-assign]
@@ -251,11 +253,12 @@ def test_memories_are_embedded_on_several_threads_below_chats_a_query_on_one_of_
             ran.clear()
             asyncio.run(loaded.embed_query(text))
             assert ran["queries"] == int(query_thread)
-        hits = queries.cache_hits
+        hits, expected = queries.cache_hits, query.copy()
         again = asyncio.run(loaded.embed_query("a query"))  # from the cache, counted, a copy
-        assert queries.cache_hits == hits + 1 and np.array_equal(again, query)
+        assert queries.cache_hits == hits + 1 and np.array_equal(again, expected)
+        assert not np.shares_memory(again, queries._cache["a query"])
         again[:] = 0
-        assert np.array_equal(asyncio.run(loaded.embed_query("a query")), query)
+        assert np.array_equal(asyncio.run(loaded.embed_query("a query")), expected)
 
         async def busy() -> None:  # a batch on the model's thread: the query waits its turn
             ran.clear()
@@ -265,7 +268,7 @@ def test_memories_are_embedded_on_several_threads_below_chats_a_query_on_one_of_
             await batch
 
         asyncio.run(busy())
-        assert ran["queries"] == int(query_thread)
+        assert ran["another query"] == ran["a batch of one"] == int(query_thread)
     finally:
         loaded.close()
 

@@ -4,6 +4,7 @@ on both), only the user's, without one statement through SQLAlchemy's cursor."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.store import direct
+from app.memory.store.db import create_engine, upgrade
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
 from app.memory.store.tables import MemorySource, MemoryType
@@ -115,20 +117,25 @@ async def test_many_keys_are_read_a_chunk_at_a_time(
     assert await store.get_many_linked("bob", keys[:6]) == ({}, {})  # ann's keys: nothing
 
 
+@pytest.mark.parametrize("how", ["raised", "cancelled"])
 async def test_a_connection_whose_driver_failed_is_not_used_again(
-    store: MemoryStore, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+    store: MemoryStore, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     keys, _ = await _written(store)
     invalidated: list[object] = []
     event.listen(engine.sync_engine, "invalidate", lambda *args: invalidated.append(args))
     real = direct._driver
+    reading = asyncio.Event()
 
     async def failing(connection: Any) -> Any:
         name, _ = await real(connection)
 
         class Broken:
             async def execute_fetchall(self, *args: Any) -> Any:
-                raise ConnectionResetError("the database went away")
+                if how == "raised":
+                    raise ConnectionResetError("the database went away")
+                reading.set()
+                await asyncio.Event().wait()  # a statement that never ends
 
             fetch = execute_fetchall
 
@@ -136,7 +143,36 @@ async def test_a_connection_whose_driver_failed_is_not_used_again(
 
     with monkeypatch.context() as patched:
         patched.setattr(direct, "_driver", failing)
-        with pytest.raises(ConnectionResetError):
-            await store.get_many("ann", keys)
+        read = asyncio.ensure_future(store.get_many("ann", keys))
+        if how == "cancelled":  # as a chat's recall past its timeout is
+            await reading.wait()
+            read.cancel()
+        with pytest.raises(ConnectionResetError if how == "raised" else asyncio.CancelledError):
+            await read
     assert len(invalidated) == 1  # the pool opens a new one
     assert len(await store.get_many("ann", keys)) == 6
+
+
+async def test_an_in_memory_databases_one_connection_is_kept(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``sqlite+aiosqlite:///:memory:`` the pool's one connection is the database: a failed
+    read does not throw it away."""
+    engine = create_engine("sqlite+aiosqlite:///:memory:")
+    await upgrade(engine)
+    store = MemoryStore(engine)
+    keys, _ = await _written(store)
+
+    async def broken(connection: Any) -> Any:
+        class Broken:
+            async def execute_fetchall(self, *args: Any) -> Any:
+                raise ConnectionResetError("a driver's error")
+
+        return "aiosqlite", Broken()
+
+    with monkeypatch.context() as patched:
+        patched.setattr(direct, "_driver", broken)
+        with pytest.raises(ConnectionResetError):
+            await store.get_many("ann", keys)
+    assert len(await store.get_many("ann", keys)) == 6  # the memories are still there
+    await engine.dispose()
