@@ -77,9 +77,12 @@ async def _driver(connection: AsyncConnection) -> tuple[str, Any] | None:
     return name, raw.driver_connection
 
 
-async def _fetch(
+async def fetch(
     connection: AsyncConnection, driver: str, handle: Any, sql: str, params: Sequence[Any]
 ) -> list[Any]:
+    """`sql`'s rows, run by the driver `handle` of `connection` in one hand-off (also the
+    version's read, :mod:`app.memory.store.versions`); the connection invalidated when the
+    driver raises or the read is cancelled (module docstring)."""
     try:
         if driver == "aiosqlite":
             return list(await handle.execute_fetchall(sql, tuple(params)))
@@ -126,7 +129,7 @@ async def _record_rows(
     sql = _RECORDS[driver]
     if driver == "aiosqlite":
         sql, params = sql.format(marks=", ".join("?" * len(keys))), list(keys)
-    return [_decoded(driver, row) for row in await _fetch(connection, driver, handle, sql, params)]
+    return [_decoded(driver, row) for row in await fetch(connection, driver, handle, sql, params)]
 
 
 async def _link_rows(
@@ -145,4 +148,4 @@ async def _link_rows(
     sql = _LINKS[driver]
     if driver == "aiosqlite":
         sql, params = sql.format(marks=", ".join("?" * len(ids))), [user_id, *ids, *ids]
-    return await _fetch(connection, driver, handle, sql, params)
+    return await fetch(connection, driver, handle, sql, params)

@@ -5,18 +5,18 @@ The read is one statement, so it is run by the database driver itself on a poole
 through SQLAlchemy's async adaptation it took five hand-offs between the event loop and the
 driver (a cursor, the statement, the fetch, the cursor's close, the rollback ending the read),
 half of recall's time on a loaded 2-core machine (docs/performance.md); by aiosqlite's
-``execute_fetchall`` or asyncpg's ``fetchval`` it is one, and the pool's reset of the
-connection another. Outside a transaction, each read sees what was committed before it began:
+``execute_fetchall`` or asyncpg's ``fetch`` it is one (:func:`app.memory.store.direct.fetch`,
+which also invalidates a connection whose read failed or was cancelled), and the pool's reset
+of the connection another. Outside a transaction, each read sees what was committed before it began:
 never an older version. Another driver takes SQLAlchemy's way.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.memory.store.direct import fetch
 from app.memory.store.tables import UserState
 
 VERSION = select(UserState.version).where(UserState.user_id == bindparam("user_id"))
@@ -35,8 +35,6 @@ async def read_version(engine: AsyncEngine, user_id: str) -> int:
             value = await connection.scalar(VERSION, {"user_id": user_id})
             return int(value or 0)
         raw = await connection.get_raw_connection()
-        driver: Any = raw.driver_connection
-        if engine.dialect.driver == "aiosqlite":
-            rows = await driver.execute_fetchall(sql, (user_id,))
-            return int(rows[0][0]) if rows else 0
-        return int(await driver.fetchval(sql, user_id) or 0)
+        name, driver = engine.dialect.driver, raw.driver_connection
+        rows = await fetch(connection, name, driver, sql, [user_id])
+        return int(rows[0][0] or 0) if rows else 0

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.memory.store import direct
+from app.memory.store import direct, versions
 from app.memory.store.db import create_engine, upgrade
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
@@ -99,13 +99,13 @@ async def test_many_keys_are_read_a_chunk_at_a_time(
     assert whole_links == await store.linked("ann", [r.id for r in whole.values()])
     assert {k: sorted(v) for k, v in whole_links.items()} == expected_links
     fetched: list[int] = []
-    fetch = direct._fetch
+    fetch = direct.fetch
 
     async def counted(connection: Any, driver: str, handle: Any, sql: str, params: Any) -> Any:
         fetched.append(len(params))
         return await fetch(connection, driver, handle, sql, params)
 
-    monkeypatch.setattr(direct, "_fetch", counted)
+    monkeypatch.setattr(direct, "fetch", counted)
     monkeypatch.setattr(direct, "LINK_CHUNK", 2)
     records, links = await store.get_many_linked("ann", [*keys, *keys])  # repeated: read once
     assert records == whole and links == whole_links
@@ -176,3 +176,29 @@ async def test_an_in_memory_databases_one_connection_is_kept(
             await store.get_many("ann", keys)
     assert len(await store.get_many("ann", keys)) == 6  # the memories are still there
     await engine.dispose()
+
+
+async def test_the_versions_read_leaves_a_failed_connection_too(
+    store: MemoryStore, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every recall reads the user's version first, the same way: a read cut off there (a chat's
+    recall past its timeout) does not hand its connection out again either."""
+    await store.add("ann", [NewMemory("one")])
+    version = await store.version("ann")
+    invalidated: list[object] = []
+    event.listen(engine.sync_engine, "invalidate", lambda *args: invalidated.append(args))
+
+    class Broken:
+        async def execute_fetchall(self, *args: Any) -> Any:
+            raise ConnectionResetError("the database went away")
+
+        fetch = execute_fetchall
+
+    async def through_broken(connection: Any, driver: str, handle: Any, *rest: Any) -> Any:
+        return await direct.fetch(connection, driver, Broken(), *rest)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(versions, "fetch", through_broken)
+        with pytest.raises(ConnectionResetError):
+            await store.version("ann")
+    assert len(invalidated) == 1 and await store.version("ann") == version > 0
