@@ -252,10 +252,10 @@ class MemoryService:
             background=background, now=now,
         )  # fmt: skip
         keys = [h.key for h in hits]
-        if not links:
-            records = await self.store.get_many(user_id, keys)
-            return [Found(records[h.key], h) for h in hits if h.key in records]
-        records, linked = await self.store.get_many_linked(user_id, keys)
+        if links:
+            records, linked = await self.store.get_many_linked(user_id, keys)
+        else:
+            records, linked = await self.store.get_many(user_id, keys), {}
         return [
             Found(records[h.key], h, linked.get(records[h.key].id, ()))
             for h in hits

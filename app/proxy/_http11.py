@@ -26,7 +26,7 @@ from typing import cast
 import httptools
 import httpx
 
-from app.proxy.offload import LARGE_BODY_BYTES
+from app.proxy.offload import is_large
 
 _HIGH_WATER = 1024 * 1024
 """Unread body bytes at which the socket stops being read (resumed once they are taken)."""
@@ -262,6 +262,6 @@ def serialise(request: httpx.Request, body: bytes) -> tuple[bytes, bytes]:
     if body or request.method in ("POST", "PUT", "PATCH"):
         lines += [b"content-length: ", str(len(body)).encode("ascii"), b"\r\n"]
     lines.append(b"\r\n")
-    if len(body) <= LARGE_BODY_BYTES:  # one write, one segment for the usual request
+    if not is_large(len(body)):  # one write, one segment for the usual request
         return b"".join([*lines, body]), b""
     return b"".join(lines), body

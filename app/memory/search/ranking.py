@@ -214,7 +214,7 @@ class Searcher:
             chosen = ranked.hits(passing[:limit] if shares is None else passing)
             laps.lap("rank")
             if shares is None:
-                return Recalled(profile, chosen[:limit], relevant, laps.ms)
+                return Recalled(profile, chosen, relevant, laps.ms)  # cut to `limit` above
             if judge is None:
                 found = self._choose(entry, chosen, limit, shares, shown)
                 laps.lap("choice")

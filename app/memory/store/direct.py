@@ -25,11 +25,11 @@ from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import StaticPool
 
-from app.memory.store.links import LINK_CHUNK, collect
+from app.memory.store.links import LINK_CHUNK, collect, links_of
 from app.memory.store.records import RECORD_COLUMNS, MemoryRecord, record_of_row
 from app.memory.store.tables import Memory, MemoryLink
 
@@ -69,7 +69,9 @@ def _decoded(driver: str, raw: Sequence[Any]) -> SimpleNamespace:
     return SimpleNamespace(**values)
 
 
-async def _driver(connection: AsyncConnection) -> tuple[str, Any] | None:
+async def driver_of(connection: AsyncConnection) -> tuple[str, Any] | None:
+    """The connection's driver name and its own connection, for :func:`fetch`; None for a
+    driver these reads have no statements for (SQLAlchemy's way then)."""
     name = connection.dialect.driver
     if name not in _RECORDS:
         return None
@@ -105,7 +107,7 @@ async def records(
     found: dict[int, MemoryRecord] = {}
     linked: Linked = {}
     async with engine.connect() as connection:
-        direct = await _driver(connection)
+        direct = await driver_of(connection)
         for start in range(0, len(wanted), LINK_CHUNK):
             chunk = wanted[start : start + LINK_CHUNK]
             rows = await _record_rows(connection, direct, chunk)
@@ -136,13 +138,7 @@ async def _link_rows(
     connection: AsyncConnection, direct: tuple[str, Any] | None, user_id: str, ids: list[str]
 ) -> list[Any]:
     if direct is None:
-        query = (
-            select(MemoryLink.fact_id, MemoryLink.episode_id)
-            .where(MemoryLink.user_id == user_id)
-            .where(or_(MemoryLink.fact_id.in_(ids), MemoryLink.episode_id.in_(ids)))
-            .order_by(MemoryLink.created_at, MemoryLink.fact_id, MemoryLink.episode_id)
-        )
-        return list(await connection.execute(query))
+        return list(await connection.execute(links_of(user_id, ids)))
     driver, handle = direct
     params: list[Any] = [user_id, ids]
     sql = _LINKS[driver]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import Select, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -60,14 +60,18 @@ async def linked_ids(
     found: dict[str, list[str]] = {}
     for start in range(0, len(wanted), LINK_CHUNK):
         chunk = wanted[start : start + LINK_CHUNK]
-        query = (
-            select(MemoryLink.fact_id, MemoryLink.episode_id)
-            .where(MemoryLink.user_id == user_id)
-            .where(or_(MemoryLink.fact_id.in_(chunk), MemoryLink.episode_id.in_(chunk)))
-            .order_by(MemoryLink.created_at, MemoryLink.fact_id, MemoryLink.episode_id)
-        )
-        collect(found, await session.execute(query), set(chunk))
+        collect(found, await session.execute(links_of(user_id, chunk)), set(chunk))
     return found
+
+
+def links_of(user_id: str, ids: Sequence[str]) -> Select[str, str]:
+    """The (fact id, episode id) links of the user touching any of `ids`, oldest first."""
+    return (
+        select(MemoryLink.fact_id, MemoryLink.episode_id)
+        .where(MemoryLink.user_id == user_id)
+        .where(or_(MemoryLink.fact_id.in_(ids), MemoryLink.episode_id.in_(ids)))
+        .order_by(MemoryLink.created_at, MemoryLink.fact_id, MemoryLink.episode_id)
+    )
 
 
 async def before_delete(

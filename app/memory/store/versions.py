@@ -7,8 +7,9 @@ driver (a cursor, the statement, the fetch, the cursor's close, the rollback end
 half of recall's time on a loaded 2-core machine (docs/performance.md); by aiosqlite's
 ``execute_fetchall`` or asyncpg's ``fetch`` it is one (:func:`app.memory.store.direct.fetch`,
 which also invalidates a connection whose read failed or was cancelled), and the pool's reset
-of the connection another. Outside a transaction, each read sees what was committed before it began:
-never an older version. Another driver takes SQLAlchemy's way.
+of the connection another. Outside a transaction, each read sees what was committed before it
+began: never an older version. Another driver takes SQLAlchemy's way
+(:func:`~app.memory.store.direct.driver_of`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.memory.store.direct import fetch
+from app.memory.store.direct import driver_of, fetch
 from app.memory.store.tables import UserState
 
 VERSION = select(UserState.version).where(UserState.user_id == bindparam("user_id"))
@@ -29,12 +30,11 @@ _SQL = {
 
 async def read_version(engine: AsyncEngine, user_id: str) -> int:
     """The user's change sequence: 0 before any write, then bumped by every write."""
-    sql = _SQL.get(engine.dialect.driver)
     async with engine.connect() as connection:
-        if sql is None:
+        direct = await driver_of(connection)
+        if direct is None:
             value = await connection.scalar(VERSION, {"user_id": user_id})
             return int(value or 0)
-        raw = await connection.get_raw_connection()
-        name, driver = engine.dialect.driver, raw.driver_connection
-        rows = await fetch(connection, name, driver, sql, [user_id])
+        name, driver = direct
+        rows = await fetch(connection, name, driver, _SQL[name], [user_id])
         return int(rows[0][0] or 0) if rows else 0

@@ -60,7 +60,7 @@ async def _sqlalchemy_way(
         return None
 
     with monkeypatch.context() as patched:
-        patched.setattr(direct, "_driver", none)  # as for a driver it has no statement for
+        patched.setattr(direct, "driver_of", none)  # as for a driver it has no statement for
         return await store.get_many_linked("ann", keys)
 
 
@@ -124,7 +124,7 @@ async def test_a_connection_whose_driver_failed_is_not_used_again(
     keys, _ = await _written(store)
     invalidated: list[object] = []
     event.listen(engine.sync_engine, "invalidate", lambda *args: invalidated.append(args))
-    real = direct._driver
+    real = direct.driver_of
     reading = asyncio.Event()
 
     async def failing(connection: Any) -> Any:
@@ -142,7 +142,7 @@ async def test_a_connection_whose_driver_failed_is_not_used_again(
         return name, Broken()
 
     with monkeypatch.context() as patched:
-        patched.setattr(direct, "_driver", failing)
+        patched.setattr(direct, "driver_of", failing)
         read = asyncio.ensure_future(store.get_many("ann", keys))
         if how == "cancelled":  # as a chat's recall past its timeout is
             await reading.wait()
@@ -171,7 +171,7 @@ async def test_an_in_memory_databases_one_connection_is_kept(
         return "aiosqlite", Broken()
 
     with monkeypatch.context() as patched:
-        patched.setattr(direct, "_driver", broken)
+        patched.setattr(direct, "driver_of", broken)
         with pytest.raises(ConnectionResetError):
             await store.get_many("ann", keys)
     assert len(await store.get_many("ann", keys)) == 6  # the memories are still there
