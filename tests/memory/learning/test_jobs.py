@@ -206,7 +206,10 @@ async def test_a_process_ending_mid_job_loses_nothing_and_the_job_applies_once(
         await asyncio.sleep(3600)
         raise AssertionError("unreachable")
 
-    first = await manager_client(make_client, stuck, manager_lease_seconds=1)
+    # Killed, the job waits out its lease: 3 s, so that the second process's start (which warms
+    # its Manager up) on a loaded machine stays well inside it when the lease is checked.
+    lease = 1 if death == "stop" else 3
+    first = await manager_client(make_client, stuck, manager_lease_seconds=lease)
     await first.post(
         "/v1/chat/completions",
         json={"model": "m", "messages": [{"role": "user", "content": "I live in Oslo"}]},
@@ -222,7 +225,7 @@ async def test_a_process_ending_mid_job_loses_nothing_and_the_job_applies_once(
 
     manager = Remembering()
     # A new process on the same database: it runs nothing a live process holds.
-    second = await manager_client(make_client, manager, manager_lease_seconds=1)
+    second = await manager_client(make_client, manager, manager_lease_seconds=lease)
     if death == "kill":
         await asyncio.sleep(0.3)
         assert manager.seen == [] and await queue.counts() == held  # the lease still runs
