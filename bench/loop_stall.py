@@ -11,6 +11,10 @@ main thread posts one big chat at a time, for each body shape and `X-Memory` mod
   adding up to `--mb` MB), `image` (a short question and a base64 data-URI image of `--mb` MB);
 - modes: `on` (recall, inject, queue a Manager job), `read-only` (recall and inject), `off`.
 
+A second probe GETs a do-nothing server (a process of its own) the same way: its max while
+the big request is in flight (`control`) is what the machine alone adds (the client, the fake
+upstream and memproxy share its cores), so a spike in both columns at once is not memproxy's.
+
 Printed per run: the probe's max and p99 latency while the big request was in flight, and
 after it: `--tail` seconds, or with memory on until the Manager has done the chat's job (the
 Manager's own work on a 50 MB turn), next to the same figures with no big request at all.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import http.client
 import multiprocessing
 import os
@@ -98,6 +103,22 @@ class Probe:
         return [lat for sent, lat in samples if sent <= end and sent + lat >= start]
 
 
+def _control(port: int) -> None:
+    """A do-nothing HTTP/1.1 server: 200 "ok" to every request on a keep-alive connection."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+
+    async def serve() -> None:
+        server = await asyncio.start_server(answer, "127.0.0.1", port)
+        await server.serve_forever()
+
+    asyncio.run(serve())
+
+
 def _probe(port: int, path: str) -> None:
     # time.perf_counter() is CLOCK_MONOTONIC on Linux: the same clock in every process.
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
@@ -158,15 +179,23 @@ def figures(latencies: list[float]) -> str:
 
 def run(args: argparse.Namespace, port: int) -> None:
     probe = Probe(port)
+    control_port = free_port()
+    control_server = multiprocessing.get_context("fork").Process(
+        target=_control, args=(control_port,), daemon=True
+    )
+    control_server.start()
+    control = Probe(control_port)
     probe.start()
+    control.start()
     time.sleep(1.0)  # warm-up
     quiet_start = time.perf_counter()
     time.sleep(args.quiet)
     quiet = probe.between(quiet_start, time.perf_counter())
     print(f"{args.mb} MB chats; probe GET /healthz every {PROBE_EVERY * 1000:.0f} ms (latency ms)")
     print(f"  {'':18} {'request':>9} {'max':>8} {'p99':>8} {'probes':>6}   "
-          f"{'then max':>8} {'p99':>8} {'probes':>6}")  # fmt: skip
-    print(f"  {'no big request':18} {'':>9} {figures(quiet)}")
+          f"{'then max':>8} {'p99':>8} {'probes':>6}   {'control':>7}")  # fmt: skip
+    calm = max(control.between(quiet_start, quiet_start + args.quiet), default=0.0)
+    print(f"  {'no big request':18} {'':>9} {figures(quiet)}   {'':30}{calm * 1000:7.1f}")
     for shape in args.shapes:
         for mode in args.modes:
             data = body(shape, args.mb, f"{shape}-{mode}-{time.time_ns()}")
@@ -182,12 +211,16 @@ def run(args: argparse.Namespace, port: int) -> None:
             while mode == "on" and jobs_pending(port) and time.perf_counter() < deadline:
                 time.sleep(0.2)
             during = probe.between(started, ended)
+            machine = max(control.between(started, ended), default=0.0)
             tail = probe.between(ended, time.perf_counter())
             label = f"{shape}, {mode}"
             took = f"{outcome} {ended - started:4.1f}s"
             print(f"  {label:18} {took:>9} {figures(during)}   {figures(tail)}"
-                  f"   injected {injected}", flush=True)  # fmt: skip
+                  f"   {machine * 1000:7.1f}   injected {injected}", flush=True)  # fmt: skip
     probe.stop()
+    control.stop()
+    control_server.terminate()
+    control_server.join(10)
 
 
 def main() -> None:

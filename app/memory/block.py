@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from app.proxy import offload
+
 BLOCK_START = "<memproxy-memories>"
 BLOCK_END = "</memproxy-memories>"
 _NEWLINES = re.compile(r"\n*")
@@ -68,13 +70,14 @@ def strip_block(text: str) -> str:
 def remove_blocks(text: str, start: str, end: str) -> str:
     """`text` without its closed `start`...`end` blocks, each replaced (with the newlines around
     it) by a blank line, and stripped of newlines at both ends; `text` itself when it holds no
-    `start`. An unclosed `start` is kept: it may be the user's own words. Linear in the text."""
-    if start not in text:
+    `start`. An unclosed `start` is kept: it may be the user's own words. Linear in the text,
+    searched a piece at a time (:func:`app.proxy.offload.find`: a pasted document may be 50 MB)."""
+    if offload.find(text, start) < 0:
         return text
     kept: list[str] = []
     done = 0  # everything before this is in `kept` or removed
-    while (opened := text.find(start, done)) >= 0:
-        closed = text.find(end, opened + len(start))
+    while (opened := offload.find(text, start, done)) >= 0:
+        closed = offload.find(text, end, opened + len(start))
         if closed < 0:
             break
         before = text[done:opened]

@@ -75,6 +75,34 @@ def text_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
     yield text[start:]
 
 
+def find(text: str, sub: str, start: int = 0, end: int | None = None) -> int:
+    """``text.find(sub, start, end)`` (`start` >= 0), searched :data:`PIECE_CHARS` at a time:
+    one ``str.find`` over 50 MB holds the GIL ~40 ms when `sub` is not there (measured)."""
+    end = len(text) if end is None else min(end, len(text))
+    if end - start <= PIECE_CHARS or not sub:
+        return text.find(sub, start, end)
+    overlap = len(sub) - 1  # a match across a cut lies whole in the window before it
+    for at in range(start, end, PIECE_CHARS):
+        found = text.find(sub, at, min(at + PIECE_CHARS + overlap, end))
+        if found >= 0:
+            return found
+    return -1
+
+
+def rfind(text: str, sub: str, start: int = 0, end: int | None = None) -> int:
+    """``text.rfind(sub, start, end)`` (`start` >= 0), searched :data:`PIECE_CHARS` at a time
+    from the end (:func:`find`)."""
+    end = len(text) if end is None else min(end, len(text))
+    if end - start <= PIECE_CHARS or not sub:
+        return text.rfind(sub, start, end)
+    overlap = len(sub) - 1
+    for stop in range(end, start, -PIECE_CHARS):
+        found = text.rfind(sub, max(stop - PIECE_CHARS - overlap, start), stop)
+        if found >= 0:
+            return found
+    return -1
+
+
 class CollectorPause:
     """The cyclic garbage collector held off while a large body's objects are alive.
 
