@@ -12,8 +12,10 @@ main thread posts one big chat at a time, for each body shape and `X-Memory` mod
 - modes: `on` (recall, inject, queue a Manager job), `read-only` (recall and inject), `off`.
 
 A second probe GETs a do-nothing server (a process of its own) the same way: its max while
-the big request is in flight (`control`) is what the machine alone adds (the client, the fake
-upstream and memproxy share its cores), so a spike in both columns at once is not memproxy's.
+the big request is in flight (`control`) is about what the machine alone adds then (the client,
+the fake upstream and memproxy share its cores). A spike in memproxy's column with none in the
+control's is memproxy's; one in both may be the machine's (the two maxima need not be at the
+same moment). The control runs beside every row, so it adds its own small load to each.
 
 Printed per run: the probe's max and p99 latency while the big request was in flight, and
 after it: `--tail` seconds, or with memory on until the Manager has done the chat's job (the
@@ -119,6 +121,19 @@ def _control(port: int) -> None:
     asyncio.run(serve())
 
 
+def listening(port: int, seconds: float = 10.0) -> None:
+    """Return once something accepts connections on `port` (the control server)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _probe(port: int, path: str) -> None:
     # time.perf_counter() is CLOCK_MONOTONIC on Linux: the same clock in every process.
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
@@ -184,6 +199,7 @@ def run(args: argparse.Namespace, port: int) -> None:
         target=_control, args=(control_port,), daemon=True
     )
     control_server.start()
+    listening(control_port)
     control = Probe(control_port)
     probe.start()
     control.start()
@@ -195,7 +211,7 @@ def run(args: argparse.Namespace, port: int) -> None:
     print(f"  {'':18} {'request':>9} {'max':>8} {'p99':>8} {'probes':>6}   "
           f"{'then max':>8} {'p99':>8} {'probes':>6}   {'control':>7}")  # fmt: skip
     calm = max(control.between(quiet_start, quiet_start + args.quiet), default=0.0)
-    print(f"  {'no big request':18} {'':>9} {figures(quiet)}   {'':30}{calm * 1000:7.1f}")
+    print(f"  {'no big request':18} {'':>9} {figures(quiet)}   {'':27}{calm * 1000:7.1f}")
     for shape in args.shapes:
         for mode in args.modes:
             data = body(shape, args.mb, f"{shape}-{mode}-{time.time_ns()}")

@@ -183,9 +183,9 @@ class Searching:
         self.sizes.append(min(endpos, len(text)) - pos)
         return self.pattern.search(text, pos, endpos)
 
-    def finditer(self, text: str) -> Any:
-        self.sizes.append(len(text))
-        return self.pattern.finditer(text)
+    def finditer(self, text: str, pos: int = 0, endpos: int = sys.maxsize) -> Any:
+        self.sizes.append(min(endpos, len(text)) - pos)
+        return self.pattern.finditer(text, pos, endpos)
 
     def findall(self, text: str) -> Any:
         self.sizes.append(len(text))

@@ -10,6 +10,7 @@ given more than a window of a long text.
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 import pytest
@@ -57,6 +58,19 @@ class Watched(str):
         self.calls.append(("strip", len(self)))
         return super().strip(chars)
 
+    def lstrip(self, chars: str | None = None) -> str:
+        self.calls.append(("lstrip", len(self)))
+        return super().lstrip(chars)
+
+    def rstrip(self, chars: str | None = None) -> str:
+        self.calls.append(("rstrip", len(self)))
+        return super().rstrip(chars)
+
+    def __getitem__(self, key: Any) -> str:
+        if isinstance(key, slice):
+            self.calls.append(("slice", len(range(len(self))[key])))
+        return super().__getitem__(key)
+
 
 def _span(text: str, start: Any, end: Any) -> int:
     return len(range(len(text))[slice(start, end)])
@@ -74,14 +88,15 @@ def test_a_long_messages_tags_are_looked_for_a_window_at_a_time() -> None:
 
 
 def _reference(messages: list[Any]) -> str | None:
-    """recall_query as it was written before: every message stripped whole, then cut."""
+    """recall_query as it was written before: every message stripped whole, then cut (and
+    searched in one call: run it with offload's window larger than the text)."""
 
     def plain(message: Any) -> str:
         return strip_block(user_words(message.get("content"))).strip()
 
     last = max(i for i, m in enumerate(messages) if m.get("role") == "user")
     text = plain(messages[last])
-    if query.count_words(text, query.MIN_QUERY_WORDS) < query.MIN_QUERY_WORDS:
+    if len(re.findall(r"\w+", text)) < query.MIN_QUERY_WORDS:
         before = [plain(m) for m in messages[:last] if m.get("role") in ("user", "assistant")]
         context = " ".join(t for t in before[-2:] if t)[-query.CONTEXT_CHARS :]
         text = f"{context} {text}".strip()
@@ -102,13 +117,19 @@ def _texts(rng: random.Random) -> list[str]:
     """Long texts whose ends, blocks and tags fall on either side of many windows."""
     body = _long(rng, 3000)
     source = f'<source id="1" name="a.pdf">{_long(rng, 900)}</source>'
+    block = f"{BLOCK_START}\n- {_long(rng, 1500)}\n{BLOCK_END}"
     return [
         body,
         f" \n\t{body}\n\n ",
+        f"\xa0\u2028{body}\u3000\x85",  # whitespace beyond ASCII at both ends
         " " * 2500 + body + "\n" * 40,  # an end's whitespace longer than the window
         "\n" * 40 + "x" * 2500 + "\n" * 3000,  # one long word, then a run of newlines
-        f"{body}\n{BLOCK_START}\n- a memory\n{BLOCK_END}\n{body}",
-        f"{OPENWEBUI_MEMORY_START}{_long(rng, 500)}{OPENWEBUI_MEMORY_END}\n{body}",
+        "=" * 1500 + " a b c d " + "=" * 1500,  # the words only in the middle
+        "x" * 1500 + " a b c " + "y" * 1500,  # three words, and two cut by the ends
+        "b " + "a" * 3000 + " d",  # three words, one of them longer than the ends
+        f"{body}\n{block}\n{body}",
+        f"{block}\n{body}\n{block}",  # blocks at both ends, across many windows
+        f"{OPENWEBUI_MEMORY_START}{_long(rng, 1500)}{OPENWEBUI_MEMORY_END}\n{body}",
         f"### Task:\nRespond.\n<context>\n{source}{source}\n</context>\n{body}",
         f"{body}\n<user_query>{_long(rng, 2500)}</user_query>{source}",
         f"{source}\n{body}",
@@ -116,15 +137,29 @@ def _texts(rng: random.Random) -> list[str]:
     ]
 
 
+def test_words_are_counted_a_window_at_a_time_as_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A word cut by a window's edge, or longer than a window, is one word."""
+    monkeypatch.setattr(query, "PIECE_CHARS", 5)
+    rng = random.Random(5)
+    for _ in range(20_000):
+        text = "".join(rng.choice("ab \xa0\u00e9,\u2028") for _ in range(rng.randint(0, 40)))
+        enough = rng.randint(1, 8)
+        assert query.count_words(text, enough) == min(enough, len(re.findall(r"\w+", text)))
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_a_long_message_gives_the_query_it_gave_before(
     monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
-    monkeypatch.setattr(offload, "PIECE_CHARS", SMALL)
     monkeypatch.setattr(query, "PIECE_CHARS", SMALL * 64)  # the ends read: 1,024 characters
     rng = random.Random(seed)
     texts = _texts(rng)
     for text in texts:
         for before in ("", rng.choice(texts)):
             messages = [{"role": "assistant", "content": before}, {"role": "user", "content": text}]
-            assert query.recall_query(messages) == _reference(messages), (seed, text[:60])
+            monkeypatch.setattr(offload, "PIECE_CHARS", 1 << 40)  # str.find itself
+            expected = _reference(messages)
+            monkeypatch.setattr(offload, "PIECE_CHARS", SMALL)
+            assert query.recall_query(messages) == expected, (seed, text[:60])

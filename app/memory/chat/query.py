@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from itertools import islice
 from typing import Any
 
 from app.memory.block import strip_block
 from app.memory.chat.voice import in_own_voice
 from app.memory.foreign import user_words
-from app.proxy.offload import PIECE_CHARS, text_pieces
+from app.proxy.offload import PIECE_CHARS
 
 MIN_QUERY_WORDS = 4
 """A last message with fewer words than this is searched with the turn before it."""
@@ -35,9 +34,14 @@ def message_text(message: Any) -> str:
     """The text of a chat message: its string content or its text parts; memory blocks (ours and
     Open WebUI's) and Open WebUI's RAG template around the question removed
     (:func:`app.memory.foreign.user_words`)."""
+    return _stripped(_words_of(message))
+
+
+def _words_of(message: Any) -> str:
+    """:func:`message_text` before it is stripped."""
     if not isinstance(message, dict):
         return ""
-    return _stripped(strip_block(user_words(message.get("content"))))
+    return strip_block(user_words(message.get("content")))
 
 
 def _stripped(text: str) -> str:
@@ -68,8 +72,10 @@ def recall_query(messages: Sequence[Any], user_name: str | None = None) -> str |
             break
     if last is None:
         return None
-    text = message_text(messages[last])
-    if count_words(text, MIN_QUERY_WORDS) < MIN_QUERY_WORDS:
+    words = _words_of(messages[last])
+    text = _stripped(words)
+    # Counted in the whole message (stripping takes no word away): its ends may hold none.
+    if count_words(words, MIN_QUERY_WORDS) < MIN_QUERY_WORDS:
         before = [
             message_text(m)
             for m in messages[:last]
@@ -85,10 +91,18 @@ def recall_query(messages: Sequence[Any], user_name: str | None = None) -> str |
 
 def count_words(text: str, enough: int) -> int:
     """The words in `text`, counted up to `enough`: a pasted document is not scanned to its end
-    (listing every word of 50 MB took 4 s, the GIL held throughout)."""
+    (listing every word of 50 MB took 4 s, the GIL held throughout), and is scanned
+    :data:`PIECE_CHARS` characters at a time, even where it has no space to cut at."""
     count = 0
-    for piece in text_pieces(text):
-        count += sum(1 for _ in islice(_WORDS.finditer(piece), enough - count))
-        if count >= enough:
-            break
+    edge = -1  # where the last window ended inside a word: the match starting there goes on it
+    for start in range(0, len(text), PIECE_CHARS):
+        end = min(start + PIECE_CHARS, len(text))
+        last = -1
+        for match in _WORDS.finditer(text, start, end):
+            if match.start() != edge:
+                count += 1
+                if count >= enough:
+                    return count
+            last = match.end()
+        edge = end if last == end else -1
     return count
