@@ -54,7 +54,7 @@ BUCKETS: list[tuple[str, tuple[str, ...]]] = [
     ("fusion and ranking (the rest of _rank)", ("Searcher._rank", "Ranked.")),
     ("choice within the budgets (selection)", ("Searcher._choose", "choose")),
     ("the rest of recall (profile, time words)", ("Searcher._find", "ChatMemory._recall")),
-    ("memory glue (block injection, turns)", ("ChatMemory.", "inject")),
+    ("memory glue (block injection, turns)", ("ChatMemory.", "JobWriter.", "inject")),
     ("the loop's rest (HTTP, middleware, relay, SQLAlchemy)", ("thread (",)),
 ]  # fmt: skip
 """(bucket, function name prefixes): the first bucket with a frame on the stack takes it."""

@@ -33,7 +33,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from app.memory.chat import glue
+from app.memory.chat import job_write
 from app.memory.learning.turns import load, role_of, text_of
 from app.memory.store.db import create_engine, writing
 from app.memory.store.tables import ManagerJob
@@ -282,13 +282,13 @@ async def test_making_a_large_bodys_turns_is_not_the_databases_time(
     answer and its job; the database's own slowness still counts (the test above)."""
     answer(upstream, stream=False)
     client = await learning_client(make_client, job_write_timeout_seconds=0.3)
-    made = glue._turns
+    made = job_write.turns_and_marks
 
     def slow(ctx: Any) -> Any:  # runs off the loop, as for a large body
         time.sleep(0.6)
         return made(ctx)
 
-    monkeypatch.setattr(glue, "_turns", slow)
+    monkeypatch.setattr(job_write, "turns_and_marks", slow)
     monkeypatch.setattr(offload, "LARGE_BODY_BYTES", 0)  # this body as a large one: in a thread
     response = await client.post(
         "/v1/chat/completions", json=chat(REMEMBER, stream=False), headers=ANN

@@ -41,20 +41,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import logging
-import random
 import time
 
 from app.background import BackgroundRunner
 from app.config import Settings
-from app.errors import StorageUnavailable, first_line
+from app.errors import StorageUnavailable
 from app.memory.block import BLOCK_START, insert_memory_block, memory_block
+from app.memory.chat.job_write import JobWriter, written
 from app.memory.chat.judge import RecallJudge
 from app.memory.chat.query import recall_query
-from app.memory.learning.extraction import exchange
 from app.memory.learning.jobs import JobQueue
-from app.memory.learning.turns import Turns, fingerprints_of, turns_of
 from app.memory.learning.worker import Worker
 from app.memory.search.ranking import Recalled
 from app.memory.search.timing import server_timing
@@ -62,7 +59,7 @@ from app.memory.service import MemoryService
 from app.metrics import Metrics
 from app.proxy.hooks import Completion, Note, Outcome, Preparation, RequestContext
 from app.proxy.offload import off_loop
-from app.storage_faults import WriteBound, storage_failure
+from app.storage_faults import WriteBound
 
 logger = logging.getLogger("memproxy.memory")
 
@@ -75,10 +72,6 @@ REFUSED: Note[bool] = Note("answered 503")
 RECALLED: Note[list[int]] = Note("memories recalled")
 """The keys of the memories a chat was shown (the profile's aside), counted as recalled once the
 exchange is over, whatever its outcome."""
-FIRST_PAUSE_SECONDS = 0.05
-"""The pause before a failed job write's second try; doubled each time up to
-:data:`MAX_PAUSE_SECONDS`, with jitter (replicas whose writes failed together retry apart)."""
-MAX_PAUSE_SECONDS = 0.5
 
 
 class ChatMemory:
@@ -97,8 +90,13 @@ class ChatMemory:
         self._judge = judge
         self._queue = queue
         self._worker = worker
-        self._threshold_turns = settings.conversation_threshold
         self._interval = settings.processing_interval
+        self._jobs = (
+            JobWriter(queue, metrics, threshold_turns=settings.conversation_threshold,
+                      interval=settings.processing_interval)
+            if queue is not None
+            else None
+        )  # fmt: skip
         self._service = service
         self._runner = runner
         self._metrics = metrics
@@ -164,18 +162,18 @@ class ChatMemory:
                 ),
             )
         job = on_first_byte = None
-        if self._queue is not None and ctx.write_allowed:
+        if self._jobs is not None and ctx.write_allowed:
             # The job is written while the upstream thinks (begun once recall is done, so the
             # two never compete), and the answer's first byte waits for it: a client that has
             # its answer has its job in the database (a kill -9 after loses nothing); an answer
             # that never comes withdraws it (after_response).
             bound = WriteBound(self._write_seconds)
-            job = asyncio.ensure_future(self._prequeue(ctx, bound))
+            job = asyncio.ensure_future(self._jobs.write(ctx, bound))
             ctx.note(JOB, job)
 
             async def on_first_byte() -> None:
                 try:
-                    await _written(job, bound)
+                    await written(job, bound)
                 except StorageUnavailable:
                     ctx.note(REFUSED, True)
                     raise
@@ -220,84 +218,6 @@ class ChatMemory:
             logger.warning("manager queue full: %d routine job(s) dropped", dropped)
         if self._worker is not None:
             self._worker.wake()
-
-    async def _prequeue(self, ctx: RequestContext, bound: WriteBound) -> str | None:
-        """Queue the request's new user turns, awaiting the answer: the job's id, or None (no
-        job to make). A write the database fails is tried again within `bound`; then
-        :class:`StorageUnavailable`."""
-        bound.watch()
-        try:
-            with bound.aside():
-                turns, marks = await off_loop(ctx.body_bytes, _turns, ctx)
-            for attempt in itertools.count(1):
-                try:
-                    return await self._queue_turns(ctx, turns, marks)
-                except Exception as exc:
-                    if not storage_failure(exc):
-                        raise
-                    pause = min(MAX_PAUSE_SECONDS, FIRST_PAUSE_SECONDS * 2 ** min(attempt - 1, 8))
-                    pause *= random.uniform(0.5, 1)
-                    if bound.out_of_time(after=pause):
-                        logger.warning(
-                            "the database did not take the Manager's job of request %s in %d "
-                            "tries (%s: %s); the chat is answered 503",
-                            ctx.request_id,
-                            attempt,
-                            type(exc).__name__,
-                            first_line(exc),
-                        )
-                        raise StorageUnavailable() from exc
-                    await asyncio.sleep(pause)
-        except StorageUnavailable:
-            raise
-        except Exception:
-            # Not the database's doing (a bug): the chat goes on, and the turns, unprocessed,
-            # go with the conversation's next exchange.
-            logger.warning("could not queue the exchange for the manager", exc_info=True)
-        return None
-
-    async def _queue_turns(
-        self, ctx: RequestContext, turns: Turns, marks: list[tuple[int, str]]
-    ) -> str | None:
-        assert self._queue is not None
-        processed = await self._queue.processed(ctx.user_id, [f for _, f in marks])
-        found = await off_loop(
-            ctx.body_bytes,
-            exchange,
-            turns,
-            processed,
-            threshold=self._threshold_turns,
-            marks=marks,
-        )
-        if found is None:
-            return None
-        queued = await self._queue.enqueue(
-            ctx.user_id, ctx.model, found, interval_seconds=self._interval, awaiting=True
-        )
-        if queued is None:
-            return None  # another request of this conversation queued these turns
-        self._metrics.jobs_queued.labels("explicit" if found.explicit else "routine").inc()
-        return queued.job_id
-
-
-async def _written(job: asyncio.Future[str | None], bound: WriteBound) -> None:
-    """Before the answer's first byte: returns once the job is in the database (or there is
-    none to write); raises :class:`StorageUnavailable` when it is not within `bound`. A write
-    still under way goes on (never cancelled): should it land, the refused exchange keeps it,
-    due without an answer (`after_response`)."""
-    if not await bound.wait(job) or job.cancelled():
-        logger.warning("the Manager's job was not written in time; the chat is answered 503")
-        raise StorageUnavailable()
-    error = job.exception()
-    if isinstance(error, StorageUnavailable):
-        raise StorageUnavailable() from error
-
-
-def _turns(ctx: RequestContext) -> tuple[Turns, list[tuple[int, str]]]:
-    """The conversation's turns and their fingerprints: converting, stripping and hashing a
-    large body takes long, so this runs off the loop for one (:mod:`app.proxy.offload`)."""
-    turns = turns_of(ctx.history, None)
-    return turns, fingerprints_of(turns)
 
 
 def _has_block(ctx: RequestContext) -> bool:
