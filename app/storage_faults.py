@@ -5,7 +5,7 @@ A failure of the database's (:func:`storage_failure`): the server is down, resta
 connections, a connection was cut, the database is locked beyond patience, full, read-only (a
 standby after a failover) or its disk fails. Such a failure passes: a client is answered 503 with
 ``Retry-After`` (:class:`app.errors.StorageUnavailable`, :mod:`app.error_handlers`), a chat's
-Manager job is written again within a bound (:class:`WriteBound`, :mod:`app.memory.chat.glue`),
+Manager job is written again within a bound (:class:`WriteBound`, :mod:`app.memory.chat.job_write`),
 and ``/readyz`` says not ready while writes fail (:func:`write_failure`: every write transaction
 reports to :func:`wrote`). A bug, a refusal of the data (a constraint violated, bad SQL, a value
 out of range) or an OSError of memproxy's own (a file, a timeout of its own) is none of these:

@@ -1,8 +1,8 @@
 """A chat's Manager job, written while the upstream thinks and before the answer's first byte.
 
-:class:`JobWriter` makes the exchange's new turns and their fingerprints (off the event loop for
-a large body), asks the queue which it has seen, and queues an awaiting job; a write the
-database fails is tried again, with growing pauses, within the request's
+:class:`JobWriter` makes the conversation's turns and their fingerprints (off the event loop
+for a large body), asks the queue which it has seen, and queues an awaiting job of the new
+ones; a write the database fails is tried again, with growing pauses, within the request's
 :class:`~app.storage_faults.WriteBound`, then :class:`~app.errors.StorageUnavailable`.
 :func:`written` is what the answer's first byte waits for. The promises are
 :mod:`app.memory.chat.glue`'s (its module docstring); the job's completion and withdrawal,

@@ -28,12 +28,17 @@ MAX_QUERY_CHARS = 2000
 """Longer messages (pasted documents) are searched by their start and end."""
 
 _WORDS = re.compile(r"\w+")
+# _stripped keeps a long turn's last MAX_QUERY_CHARS // 2 characters: the context taken from it
+# must lie within them for the query to be the one the whole text gives.
+assert CONTEXT_CHARS <= MAX_QUERY_CHARS // 2
 
 
 def message_text(message: Any) -> str:
-    """The text of a chat message: its string content or its text parts; memory blocks (ours and
-    Open WebUI's) and Open WebUI's RAG template around the question removed
-    (:func:`app.memory.foreign.user_words`)."""
+    """The text of a chat message as a query reads it: its string content or its text parts;
+    memory blocks (ours and Open WebUI's) and Open WebUI's RAG template around the question
+    removed (:func:`app.memory.foreign.user_words`); stripped, and a long one (over
+    ``2 * PIECE_CHARS``) only by its first and last ``MAX_QUERY_CHARS // 2`` characters
+    (:func:`_stripped`): not the whole text of a long message."""
     return _stripped(_words_of(message))
 
 
@@ -48,8 +53,10 @@ def _stripped(text: str) -> str:
     """`text.strip()`; when `text` is long (a pasted document), what :func:`recall_query` keeps
     of that, made from `text`'s two ends: its first and last ``MAX_QUERY_CHARS // 2``
     characters, joined by a space (a copy of 50 MB holds the GIL ~25 ms). The query made from
-    either is the same: a query longer than ``MAX_QUERY_CHARS`` is cut so, and this is not
-    cut again."""
+    either is the same: a query longer than ``MAX_QUERY_CHARS`` is cut so, and cutting this
+    gives it back unchanged; the context a short message takes from the turn before is its
+    last ``CONTEXT_CHARS``, within the tail kept (``CONTEXT_CHARS <= MAX_QUERY_CHARS // 2``,
+    checked where they are set)."""
     if len(text) <= 2 * PIECE_CHARS:
         return text.strip()
     half = MAX_QUERY_CHARS // 2
@@ -93,6 +100,8 @@ def count_words(text: str, enough: int) -> int:
     """The words in `text`, counted up to `enough`: a pasted document is not scanned to its end
     (listing every word of 50 MB took 4 s, the GIL held throughout), and is scanned
     :data:`PIECE_CHARS` characters at a time, even where it has no space to cut at."""
+    if enough <= 0:
+        return 0
     count = 0
     edge = -1  # where the last window ended inside a word: the match starting there goes on it
     for start in range(0, len(text), PIECE_CHARS):
