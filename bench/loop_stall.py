@@ -12,7 +12,8 @@ main thread posts one big chat at a time, for each body shape and `X-Memory` mod
 - modes: `on` (recall, inject, queue a Manager job), `read-only` (recall and inject), `off`.
 
 A second probe GETs a do-nothing server (a process of its own) the same way: its max while
-the big request is in flight (`control`) is about what the machine alone adds then (the client,
+the big request is in flight (`control`), and after it (`then`), is about what the machine
+alone adds then (the client,
 the fake upstream and memproxy share its cores). A spike in memproxy's column with none in the
 control's is memproxy's; one in both may be the machine's (the two maxima need not be at the
 same moment). The control runs beside every row, so it adds its own small load to each.
@@ -209,7 +210,7 @@ def run(args: argparse.Namespace, port: int) -> None:
     quiet = probe.between(quiet_start, time.perf_counter())
     print(f"{args.mb} MB chats; probe GET /healthz every {PROBE_EVERY * 1000:.0f} ms (latency ms)")
     print(f"  {'':18} {'request':>9} {'max':>8} {'p99':>8} {'probes':>6}   "
-          f"{'then max':>8} {'p99':>8} {'probes':>6}   {'control':>7}")  # fmt: skip
+          f"{'then max':>8} {'p99':>8} {'probes':>6}   {'control':>7} {'then':>7}")  # fmt: skip
     calm = max(control.between(quiet_start, quiet_start + args.quiet), default=0.0)
     print(f"  {'no big request':18} {'':>9} {figures(quiet)}   {'':27}{calm * 1000:7.1f}")
     for shape in args.shapes:
@@ -228,11 +229,14 @@ def run(args: argparse.Namespace, port: int) -> None:
                 time.sleep(0.2)
             during = probe.between(started, ended)
             machine = max(control.between(started, ended), default=0.0)
-            tail = probe.between(ended, time.perf_counter())
+            now = time.perf_counter()
+            tail = probe.between(ended, now)
+            machine_then = max(control.between(ended, now), default=0.0)
             label = f"{shape}, {mode}"
             took = f"{outcome} {ended - started:4.1f}s"
             print(f"  {label:18} {took:>9} {figures(during)}   {figures(tail)}"
-                  f"   {machine * 1000:7.1f}   injected {injected}", flush=True)  # fmt: skip
+                  f"   {machine * 1000:7.1f} {machine_then * 1000:7.1f}   injected {injected}",
+                  flush=True)  # fmt: skip
     probe.stop()
     control.stop()
     control_server.terminate()

@@ -22,7 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from app.proxy.completion import Reply, read_reply
 from app.proxy.history import ConvertedHistory, convert
 from app.proxy.kinds import MemoryMode, RequestKind
-from app.proxy.offload import empty
+from app.proxy.offload import empty, off_loop
 from app.schemas.openai import ChatCompletionRequest
 
 T = TypeVar("T")
@@ -127,7 +127,7 @@ class Completion:
     """How the exchange ended, and what the upstream answered.
 
     The answer is read from a copy of the relayed bytes on first access (`reply` and the
-    properties below), never before: hooks that do not look at it cost nothing.
+    properties below, or :meth:`read`), never before: hooks that do not look at it cost nothing.
     """
 
     def __init__(self, outcome: Outcome, status_code: int, captured: list[bytes], *, sse: bool):
@@ -139,6 +139,18 @@ class Completion:
     @cached_property
     def reply(self) -> Reply:
         return read_reply(self._captured, status=self.status_code, sse=self._sse)
+
+    async def read(self) -> Reply:
+        """`reply`, read in a worker thread when the answer is large (:mod:`app.proxy.offload`:
+        an answer of tens of megabytes, an echo of a pasted document, took ~60 ms to read on
+        the event loop)."""
+        if "reply" not in self.__dict__:  # cached_property keeps it there
+            size = sum(len(piece) for piece in self._captured)
+            self.__dict__["reply"] = await off_loop(
+                size, read_reply, self._captured, status=self.status_code, sse=self._sse
+            )
+        reply: Reply = self.__dict__["reply"]
+        return reply
 
     @property
     def assistant_text(self) -> str:

@@ -211,7 +211,7 @@ class ChatMemory:
         # Written late, after a 503 (`refused`), it is kept, with no answer (the user saw
         # none): the retry may have found its turns taken already; withdrawn, they would go
         # unlearned.
-        reply = None if refused else completion.assistant_text
+        reply = None if refused else (await completion.read()).assistant_text
         dropped = await self._queue.complete(job_id, reply, interval_seconds=self._interval)
         if dropped:
             self._metrics.jobs_dropped.inc(dropped)
