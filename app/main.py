@@ -10,9 +10,7 @@ created at import time. `memproxy serve` loads the embedder a moment earlier, in
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -222,16 +220,12 @@ def _warm(manager: Manager) -> None:
     """Blocking, for a worker thread at start-up: what a process's first job would otherwise do
     on the event loop, stalling every chat meanwhile (measured 0.2-0.3 s): the model's first
     construction (pydantic-ai loads genai-prices' data then) and the schema of the messages a
-    job stores, which pydantic builds on first use; and anyio's asyncio backend, which the
-    Manager's first request imports (httpx's connection pool: ~46 ms of imports, measured with
-    bench/loop_stall.py). Only a speed-up: a failure is logged."""
+    job stores, which pydantic builds on first use. Only a speed-up: a failure is logged."""
     try:
         manager.model_for("warm-up")
         dump([])
     except Exception:  # the first job meets it again, and says so the usual way
         logger.warning("warming the Manager up failed", exc_info=True)
-    with contextlib.suppress(ImportError):  # a private module: another anyio may not have it
-        importlib.import_module("anyio._backends._asyncio")
 
 
 def create_served_app() -> FastAPI:

@@ -13,10 +13,10 @@ main thread posts one big chat at a time, for each body shape and `X-Memory` mod
 
 A second probe GETs a do-nothing server (a process of its own) the same way: its max while
 the big request is in flight (`control`), and after it (`then`), is about what the machine
-alone adds then (the client,
-the fake upstream and memproxy share its cores). A spike in memproxy's column with none in the
-control's is memproxy's; one in both may be the machine's (the two maxima need not be at the
-same moment). The control runs beside every row, so it adds its own small load to each.
+alone adds then (the client, the fake upstream and memproxy share its cores). A spike in
+memproxy's column with none in the control's is memproxy's; one in both may be the machine's
+(the two maxima need not be at the same moment). The control runs beside every row, so it adds
+its own small load to each.
 
 Printed per run: the probe's max and p99 latency while the big request was in flight, and
 after it: `--tail` seconds, or with memory on until the Manager has done the chat's job (the

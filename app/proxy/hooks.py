@@ -13,6 +13,7 @@ A chat request passes two hooks (:class:`MemoryHooks`):
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -135,6 +136,7 @@ class Completion:
         self.status_code = status_code
         self._captured = captured
         self._sse = sse
+        self._reading: asyncio.Future[Reply] | None = None
 
     @cached_property
     def reply(self) -> Reply:
@@ -143,14 +145,17 @@ class Completion:
     async def read(self) -> Reply:
         """`reply`, read in a worker thread when the answer is large (:mod:`app.proxy.offload`:
         an answer of tens of megabytes, an echo of a pasted document, took ~60 ms to read on
-        the event loop)."""
-        if "reply" not in self.__dict__:  # cached_property keeps it there
+        the event loop); read once, whoever asks meanwhile."""
+        if "reply" in self.__dict__:  # cached_property keeps it there
+            return self.reply
+        if self._reading is None:
             size = sum(len(piece) for piece in self._captured)
-            self.__dict__["reply"] = await off_loop(
-                size, read_reply, self._captured, status=self.status_code, sse=self._sse
+            self._reading = asyncio.ensure_future(
+                off_loop(size, read_reply, self._captured, status=self.status_code, sse=self._sse)
             )
-        reply: Reply = self.__dict__["reply"]
-        return reply
+        reply = await asyncio.shield(self._reading)
+        self.__dict__.setdefault("reply", reply)
+        return self.reply
 
     @property
     def assistant_text(self) -> str:

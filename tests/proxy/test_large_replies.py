@@ -7,6 +7,7 @@ other request waiting (bench/loop_stall.py, `text, on`, after the request).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -38,11 +39,11 @@ async def test_the_answer_is_read_off_the_loop_when_large(
     manager = Prompted()
     client = await manager_client(make_client, manager)
     loop_thread = threading.get_ident()
-    threads: set[int] = set()
+    threads: list[int] = []
     real = completion.read_reply
 
     def recording(*args: Any, **kwargs: Any) -> Any:
-        threads.add(threading.get_ident())
+        threads.append(threading.get_ident())
         return real(*args, **kwargs)
 
     monkeypatch.setattr(hooks, "read_reply", recording)
@@ -50,5 +51,22 @@ async def test_the_answer_is_read_off_the_loop_when_large(
     response = await client.post("/v1/chat/completions", json=chat, headers=ANN)
     assert response.status_code == 200 and response.text.count("data:") == 4
     await until(lambda: no_jobs(client))
-    assert len(threads) == 1 and (loop_thread not in threads) is large
+    assert len(threads) == 1 and (threads[0] != loop_thread) is large  # read once
     assert manager.prompts and text[:60] in manager.prompts[0]  # the job had the answer
+
+
+async def test_an_answer_is_read_once_whoever_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "x" * (2 * LARGE_BODY_BYTES)
+    events = sse({"role": "assistant", "content": ""}, {"content": text})
+    calls: list[int] = []
+    real = completion.read_reply
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hooks, "read_reply", counting)
+    done = hooks.Completion(hooks.Outcome.COMPLETED, 200, [events], sse=True)
+    first, second = await asyncio.gather(done.read(), done.read())
+    assert first is second is done.reply is await done.read()
+    assert first.assistant_text == text and len(calls) == 1

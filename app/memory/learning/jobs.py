@@ -189,7 +189,7 @@ class JobQueue(IdleJobs):
                 job = await session.scalar(_locked(ManagerJob.id == job_id, JobStatus.AWAITING))
                 if job is None:
                     return 0  # taken up by another process once its lease ran out
-                if reply and reply.strip():
+                if reply and not reply.isspace():  # strip() would copy a long answer
                     new = [*job.payload["new"], *dump([turn("assistant", for_manager(reply))])]
                     job.payload = {**job.payload, "new": new}
                 return (await self._place(session, job, interval_seconds)).dropped
