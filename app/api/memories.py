@@ -126,8 +126,10 @@ async def memory_stats(caller: MemoryCallerDep) -> dict[str, Any]:
     still on its way), queued, running, `pending` (all three: not yet learned from), failed
     (with the reasons, and the Manager's answer when it was unusable)."""
     stats = await caller.memory.stats(caller.user_id)
-    failed = await caller.jobs.failed(caller.user_id)
+    # Counts first: a job failing between the two reads is then listed, not counted and missing
+    # (a failed job stays failed until it is queued again by hand).
     counts = await caller.jobs.progress(caller.user_id)
+    failed = await caller.jobs.failed(caller.user_id)
     stats["jobs"] = counts | {
         "failures": [{"job_id": p.job_id, "reason": p.reason, "answer": p.answer} for p in failed],
     }
