@@ -50,7 +50,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.overhead import MODELS, free_port, pct, seed, server  # noqa: E402
+from bench.overhead import MODELS, free_port, pct, seed, server, wait_listening  # noqa: E402
 
 PROBE_EVERY = 0.010
 MODES = ("off", "read-only", "on")
@@ -122,19 +122,6 @@ def _control(port: int) -> None:
     asyncio.run(serve())
 
 
-def listening(port: int, seconds: float = 10.0) -> None:
-    """Return once something accepts connections on `port` (the control server)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
 def _probe(port: int, path: str) -> None:
     # time.perf_counter() is CLOCK_MONOTONIC on Linux: the same clock in every process.
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
@@ -200,7 +187,7 @@ def run(args: argparse.Namespace, port: int) -> None:
         target=_control, args=(control_port,), daemon=True
     )
     control_server.start()
-    listening(control_port)
+    wait_listening(control_port, seconds=10)
     control = Probe(control_port)
     probe.start()
     control.start()

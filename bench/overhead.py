@@ -92,10 +92,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_listening(port: int, proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
+def wait_listening(
+    port: int, proc: subprocess.Popen[bytes] | None = None, seconds: float = 60
+) -> None:
+    """Return once something accepts connections on `port`; RuntimeError when `proc` (the
+    server, if given) exits first, or after `seconds`."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
+        if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"server on port {port} exited with {proc.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()

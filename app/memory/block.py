@@ -72,11 +72,12 @@ def remove_blocks(text: str, start: str, end: str) -> str:
     it) by a blank line, and stripped of newlines at both ends; `text` itself when it holds no
     `start`. An unclosed `start` is kept: it may be the user's own words. Linear in the text,
     searched a piece at a time (:func:`app.proxy.offload.find`: a pasted document may be 50 MB)."""
-    if offload.find(text, start) < 0:
+    opened = offload.find(text, start)
+    if opened < 0:
         return text
     kept: list[str] = []
     done = 0  # everything before this is in `kept` or removed
-    while (opened := offload.find(text, start, done)) >= 0:
+    while opened >= 0:
         closed = offload.find(text, end, opened + len(start))
         if closed < 0:
             break
@@ -85,6 +86,7 @@ def remove_blocks(text: str, start: str, end: str) -> str:
         done = closed + len(end)
         newlines = _NEWLINES.match(text, done)  # always matches, maybe nothing
         done = newlines.end() if newlines else done
+        opened = offload.find(text, start, done)
     kept.append(text[done:])
     return "".join(kept).strip("\n")
 

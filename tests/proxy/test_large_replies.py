@@ -24,6 +24,19 @@ from tests.memory.learning.support import Prompted, manager_client, no_jobs, unt
 ANN = {"X-User-Id": "ann"}
 
 
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The thread of each reading of an answer, from now on."""
+    threads: list[int] = []
+    real = completion.read_reply
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hooks, "read_reply", recording)
+    return threads
+
+
 @pytest.mark.parametrize("large", [True, False])
 async def test_the_answer_is_read_off_the_loop_when_large(
     make_client: AppClientFactory,
@@ -39,14 +52,7 @@ async def test_the_answer_is_read_off_the_loop_when_large(
     manager = Prompted()
     client = await manager_client(make_client, manager)
     loop_thread = threading.get_ident()
-    threads: list[int] = []
-    real = completion.read_reply
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        threads.append(threading.get_ident())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(hooks, "read_reply", recording)
+    threads = reads(monkeypatch)
     chat = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "I like tea"}]}
     response = await client.post("/v1/chat/completions", json=chat, headers=ANN)
     assert response.status_code == 200 and response.text.count("data:") == 4
@@ -58,14 +64,7 @@ async def test_the_answer_is_read_off_the_loop_when_large(
 async def test_an_answer_is_read_once_whoever_asks(monkeypatch: pytest.MonkeyPatch) -> None:
     text = "x" * (2 * LARGE_BODY_BYTES)
     events = sse({"role": "assistant", "content": ""}, {"content": text})
-    calls: list[int] = []
-    real = completion.read_reply
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(threading.get_ident())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(hooks, "read_reply", counting)
+    calls = reads(monkeypatch)
     done = hooks.Completion(hooks.Outcome.COMPLETED, 200, [events], sse=True)
     first, second = await asyncio.gather(done.read(), done.read())
     assert first is second is done.reply is await done.read()
