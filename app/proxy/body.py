@@ -7,16 +7,17 @@ place in the client's JSON, not pydantic's internal union labels.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
 from starlette.requests import Request
 
 from app.errors import BodyTooLarge, InvalidJSON, InvalidRequest, ValidationFailed
-from app.proxy import json_pieces
+from app.proxy import json_pieces, json_splice
 from app.proxy.kinds import Classification, classify
 from app.proxy.offload import PIECE_ITEMS, is_large, off_loop, pieces
+from app.proxy.transport import Piece
 from app.schemas.checks import WRITABLE_DEPTH, json_problem, lone_surrogate_in
 from app.schemas.openai import ChatCompletionRequest, Message, chat_request_adapter
 
@@ -49,12 +50,21 @@ def too_large(limit: int, setting: str = "MEMPROXY_MAX_BODY_BYTES") -> str:
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     """Parse a JSON object body: 400 for invalid JSON or for any other JSON value."""
+    return parse_json_body(raw)[0]
+
+
+def parse_json_body(raw: bytes) -> tuple[dict[str, Any], json_pieces.Spans | None]:
+    """:func:`parse_json_object`, and for a large body where each of its members lies in it
+    (:func:`~app.proxy.json_pieces.loads_with_spans`; None for a small one)."""
     if not raw.strip():
         raise InvalidJSON("request body is empty; expected a JSON object")
-    large = is_large(len(raw))
+    spans = None
     try:
         # A large body a piece at a time: one call of orjson would hold the GIL throughout.
-        data = json_pieces.loads(raw) if large else orjson.loads(raw)
+        if is_large(len(raw)):
+            data, spans = json_pieces.loads_with_spans(raw)
+        else:
+            data = orjson.loads(raw)
     except RecursionError:
         raise InvalidJSON("request body is not valid JSON: nested too deeply") from None
     except json_pieces.LoneSurrogate as exc:  # a "\ud800" escape, found where it is
@@ -69,14 +79,22 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest(
             f"request body must be a JSON object, not {type(data).__name__}", code="invalid_body"
         )
-    return data
+    return data, spans
 
 
-def dump_json_object(data: dict[str, Any], client_body: dict[str, Any]) -> bytes:
+def dump_json_object(
+    data: dict[str, Any],
+    client_body: dict[str, Any],
+    raw: bytes | None = None,
+    spans: json_pieces.Spans | None = None,
+) -> bytes | list[Piece]:
     """`data` (`client_body` as memproxy changed it) as JSON to forward; a body orjson cannot
     write (nested deeper than 254 levels: orjson reads 1024) is a 422 naming the place in the
-    client's own body."""
+    client's own body. Given the client's `raw` body and its `spans` (a large body), the body
+    comes in pieces, what memproxy left alone views of `raw` (:mod:`app.proxy.json_splice`)."""
     try:
+        if raw is not None and spans is not None:
+            return json_splice.splice(data, client_body, raw, spans)
         return _dumps(data)
     except orjson.JSONEncodeError:
         found = json_problem(client_body, max_depth=WRITABLE_DEPTH, numbers=False)
@@ -110,14 +128,22 @@ def _dumps(data: dict[str, Any]) -> bytes:
 _messages_adapter: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 
 
-def read_chat(
-    raw: bytes, task_header: str | None
-) -> tuple[dict[str, Any], ChatCompletionRequest, Classification]:
+class ChatBody(NamedTuple):
+    """A chat body read: the client's JSON, checked, classified, and for a large body where
+    each member lies in it (to write it back: :func:`dump_json_object`)."""
+
+    data: dict[str, Any]
+    checked: ChatCompletionRequest
+    kind: Classification
+    spans: json_pieces.Spans | None
+
+
+def read_chat(raw: bytes, task_header: str | None) -> ChatBody:
     """Parse, check and classify a chat body: the CPU-heavy start of every chat, in one function
     so that a large body takes one trip to a worker thread for all of it."""
-    data = parse_json_object(raw)
+    data, spans = parse_json_body(raw)
     checked = validate_chat_request(data)
-    return data, checked, classify(data["messages"], task_header)
+    return ChatBody(data, checked, classify(data["messages"], task_header), spans)
 
 
 def validate_chat_request(data: dict[str, Any]) -> ChatCompletionRequest:

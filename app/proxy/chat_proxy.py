@@ -24,9 +24,11 @@ from app.config import ApiKey, Settings
 from app.proxy.body import dump_json_object, read_body, read_chat
 from app.proxy.hooks import Completion, MemoryHooks, Outcome, Preparation, RequestContext
 from app.proxy.identity import resolve_user, token_secret
+from app.proxy.json_pieces import Spans
 from app.proxy.kinds import parse_memory_mode
 from app.proxy.offload import CollectorPause, off_loop, pause_collector
 from app.proxy.relay import ProxyResponse
+from app.proxy.transport import Piece
 from app.proxy.upstream import Upstream
 from app.proxy.user_name import user_name
 
@@ -68,7 +70,7 @@ class ChatProxy:
     ) -> tuple[Response, RequestContext, Awaitable[object] | None]:
         headers = request.headers
         # Tens of megabytes take a second to parse and check: not on the loop (offload.py).
-        data, checked, kind = await off_loop(
+        data, checked, kind, spans = await off_loop(
             len(raw), read_chat, raw, headers.get(self._task_header)
         )
         mode = parse_memory_mode(headers.get("x-memory"))
@@ -104,7 +106,9 @@ class ChatProxy:
             if preparation is not None and preparation.injected is not None:
                 request.state.injected = preparation.injected
         try:
-            upstream_request = await self._upstream_request(ctx, raw, data, preparation, headers)
+            upstream_request = await self._upstream_request(
+                ctx, raw, data, spans, preparation, headers
+            )
         except BaseException:
             # Never relayed: the hooks hear so (a job begun for this exchange is withdrawn).
             self.runner.spawn(
@@ -164,12 +168,13 @@ class ChatProxy:
         ctx: RequestContext,
         raw: bytes,
         data: dict[str, Any],
+        spans: Spans | None,
         preparation: Preparation | None,
         headers: Headers,
     ) -> httpx.Request:
-        content = raw
+        content: bytes | list[Piece] = raw
         if preparation is not None and preparation.body is not None:
-            content = await off_loop(len(raw), dump_json_object, preparation.body, data)
+            content = await off_loop(len(raw), dump_json_object, preparation.body, data, raw, spans)
         upstream_headers = self.upstream.headers(headers.items(), ctx.request_id)
         if "content-type" not in headers:
             upstream_headers.append(("content-type", "application/json"))

@@ -34,7 +34,9 @@ from typing import Any
 
 import httpx
 
-from app.proxy._http11 import Connection, Dead, serialise
+from app.proxy._http11 import Connection, Dead, Piece, Pieces, serialise
+
+__all__ = ["LeanTransport", "Piece", "Pieces", "PoolState"]
 
 _NO_TIMEOUTS: dict[str, float | None] = {"connect": None, "read": None, "write": None, "pool": None}
 
@@ -164,7 +166,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
         timeouts: dict[str, Any] = request.extensions.get("timeout") or _NO_TIMEOUTS
         url = request.url
         key = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
-        data = serialise(request, await request.aread())
+        stream = request.stream
+        body = stream.pieces if isinstance(stream, Pieces) else [await request.aread()]
+        data = serialise(request, body)
         for attempt in (1, 2):
             conn, reused = await self._acquire(key, request, timeouts)
             phase = "write"

@@ -40,7 +40,7 @@ from app.errors import UpstreamError, UpstreamStatusError, UpstreamTimeout, Upst
 from app.log import mask_url
 from app.metrics import Metrics
 from app.proxy.tls import ssl_context, verification_failed, verification_hint
-from app.proxy.transport import LeanTransport
+from app.proxy.transport import LeanTransport, Piece, Pieces
 
 HOP_BY_HOP = frozenset(
     {
@@ -167,9 +167,11 @@ class Upstream:
         path: str,
         *,
         headers: list[tuple[str, str]],
-        content: bytes,
+        content: bytes | list[Piece],
         query: str = "",
     ) -> httpx.Request:
+        """The request to the upstream's `path`; `content` the body, or its pieces (sent as they
+        are: :class:`~app.proxy.transport.Pieces`)."""
         # Built directly (not `client.build_request`): the client has no defaults to merge, and
         # the hot paths reuse one parsed URL instead of parsing the string on every request.
         url = None if query else self._urls.get(path)
@@ -183,7 +185,8 @@ class Upstream:
             method,
             url,
             headers=httpx.Headers(headers, encoding="latin-1"),
-            content=content,
+            content=content if isinstance(content, bytes) else None,
+            stream=None if isinstance(content, bytes) else Pieces(content),
             extensions={"timeout": self._timeouts},
         )
 

@@ -177,10 +177,20 @@ def test_a_long_string_whose_first_piece_ends_inside_an_escape_is_still_cut(
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
 def test_utf8_is_never_cut_inside_a_character(size: int) -> None:
-    text = '{"a": "é中😀x"}'
-    assert json_pieces._decode(text.encode(), size) == text
-    with pytest.raises(UnicodeDecodeError):
-        json_pieces._decode(b'{"a": "\xe4\xb8"}', size)
+    """Pieces of a few bytes: a long string's cuts fall inside every character of 2, 3 and 4
+    bytes, and a small value's window likewise."""
+    text = "é中😀x" * 9
+    for raw in (
+        orjson.dumps({"a": text}),
+        orjson.dumps({"a": [[text, "é"], {"中": ["😀"]}]}),
+        orjson.dumps({"a": [[1, 2], [3, {"b": "é中"}]], "c": "é中😀"}),
+    ):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(json_pieces, "PIECE_CHARS", size)
+            patch.setattr(json_pieces, "_TRIES", (size, size + 1, size + 3))
+            assert json_pieces.loads(raw) == orjson.loads(raw)
+            with pytest.raises(UnicodeDecodeError):
+                json_pieces.loads(b'{"a": "' + text.encode() + b'\xe4\xb8"}')
 
 
 def test_a_surrogate_escape_is_found_wherever_a_window_cuts() -> None:

@@ -68,7 +68,9 @@ async def test_a_large_chat_is_parsed_off_the_event_loop_a_small_one_on_it(
         return loads
 
     monkeypatch.setattr(orjson, "loads", watched("orjson", orjson.loads))
-    monkeypatch.setattr(json_pieces, "loads", watched("pieces", json_pieces.loads))
+    monkeypatch.setattr(
+        json_pieces, "loads_with_spans", watched("pieces", json_pieces.loads_with_spans)
+    )
     for text in ("small question", LARGE_TEXT):
         response = await client.post(
             "/v1/chat/completions", json=chat(text), headers={**ANN, "X-Memory": "off"}
