@@ -184,27 +184,31 @@ class Connection(asyncio.Protocol):
 
     async def send(self, data: Sequence[Piece], timeout: float | None) -> None:
         """Write `data`'s pieces in order (each as it is: a 50 MB body is not copied into one
-        piece with its head), a large one :data:`WRITE_SLICE` bytes at a time, waiting while
-        the transport's buffer is full: asyncio's own transport copies what the socket does not
-        take at once into its buffer, on the event loop (a 50 MB write held it ~65 ms)."""
+        piece with its head), a large one :data:`WRITE_SLICE` bytes at a time, and after every
+        :data:`WRITE_SLICE` bytes written wait until the transport's buffer is below its high
+        mark again: asyncio's own transport copies what the socket does not take at once into
+        its buffer, on the event loop (a 50 MB write held it ~65 ms). `timeout` bounds each of
+        those waits (the socket taking nothing for that long), not the whole send."""
         if self.closed or self.transport is None:
             raise Dead("the connection is closed")
+        unwaited = 0  # bytes written since the buffer was last seen below its mark
         for piece in data:
-            if len(piece) <= WRITE_SLICE:
-                if piece:
-                    self.transport.write(piece)
-                continue
-            view = memoryview(piece)
-            for start in range(0, len(view), WRITE_SLICE):
-                self.transport.write(view[start : start + WRITE_SLICE])
-                await self._drained(timeout)
+            view = memoryview(piece) if len(piece) > WRITE_SLICE else None
+            for start in range(0, len(piece), WRITE_SLICE):
+                part = piece if view is None else view[start : start + WRITE_SLICE]
+                self.transport.write(part)
+                unwaited += len(part)
+                if unwaited >= WRITE_SLICE:
+                    await self._drained(timeout)
+                    unwaited = 0
         await self._drained(timeout)
 
     async def _drained(self, timeout: float | None) -> None:
-        if self._drain is None:
-            return
-        async with asyncio.timeout(timeout):
-            await self._drain
+        """Until the transport's buffer is below its high mark; :class:`Dead` once the
+        connection is closed."""
+        if self._drain is not None:
+            async with asyncio.timeout(timeout):
+                await self._drain
         if self.closed:
             raise Dead("the connection closed while sending")
 

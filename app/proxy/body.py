@@ -53,16 +53,25 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return parse_json_body(raw)[0]
 
 
-def parse_json_body(raw: bytes) -> tuple[dict[str, Any], json_pieces.Spans | None]:
+DATA_KEYS = frozenset({"url", "data", "file_data"})
+"""Keys whose long values are data that memproxy never reads: an image's URL (a data URI), an
+audio clip's base64, a file's. In a large body such a value is checked but not made
+(:class:`~app.proxy.json_strings.Elided`): only the upstream reads it, as the client sent it."""
+
+
+def parse_json_body(
+    raw: bytes, elide: frozenset[str] = frozenset()
+) -> tuple[dict[str, Any], json_pieces.Spans | None]:
     """:func:`parse_json_object`, and for a large body where each of its members lies in it
-    (:func:`~app.proxy.json_pieces.loads_with_spans`; None for a small one)."""
+    (:func:`~app.proxy.json_pieces.loads_with_spans`, long strings under the keys `elide`
+    elided; None for a small one)."""
     if not raw.strip():
         raise InvalidJSON("request body is empty; expected a JSON object")
     spans = None
     try:
         # A large body a piece at a time: one call of orjson would hold the GIL throughout.
         if is_large(len(raw)):
-            data, spans = json_pieces.loads_with_spans(raw)
+            data, spans = json_pieces.loads_with_spans(raw, elide)
         else:
             data = orjson.loads(raw)
     except RecursionError:
@@ -91,7 +100,8 @@ def dump_json_object(
     """`data` (`client_body` as memproxy changed it) as JSON to forward; a body orjson cannot
     write (nested deeper than 254 levels: orjson reads 1024) is a 422 naming the place in the
     client's own body. Given the client's `raw` body and its `spans` (a large body), the body
-    comes in pieces, what memproxy left alone views of `raw` (:mod:`app.proxy.json_splice`)."""
+    comes in pieces, what memproxy left alone views of `raw` (:mod:`app.proxy.json_splice`):
+    then only a part written anew can be too deep (the rest goes on as the client sent it)."""
     try:
         if raw is not None and spans is not None:
             return json_splice.splice(data, client_body, raw, spans)
@@ -141,7 +151,7 @@ class ChatBody(NamedTuple):
 def read_chat(raw: bytes, task_header: str | None) -> ChatBody:
     """Parse, check and classify a chat body: the CPU-heavy start of every chat, in one function
     so that a large body takes one trip to a worker thread for all of it."""
-    data, spans = parse_json_body(raw)
+    data, spans = parse_json_body(raw, DATA_KEYS)
     checked = validate_chat_request(data)
     return ChatBody(data, checked, classify(data["messages"], task_header), spans)
 

@@ -12,18 +12,22 @@ pieces are never joined here: the transport writes them as they are
 (:class:`~app.proxy.transport.Pieces`; a join of views would hold the GIL while it copies).
 
 So the upstream receives the same JSON values as ``orjson.dumps`` would write, the untouched
-ones in the client's own spelling (its escapes, spaces and number forms). This holds as long as
+ones in the client's own spelling (its escapes, spaces and number forms). A long string the
+parser left in the body (:class:`~app.proxy.json_strings.Elided`: an image's data) is written
+as the client's bytes too, wherever it is, in a part written anew as well. This holds as long as
 a change to the body is made on copies, never in place (as :mod:`app.memory.block` does): an
 object changed in place would be sent as the client wrote it.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import orjson
 
 from app.proxy.json_pieces import Span, Spans
+from app.proxy.json_strings import Elided
 from app.proxy.transport import Piece
 
 
@@ -46,9 +50,28 @@ def splice(
         elif span is not None and span.items is not None and isinstance(value, list):
             out += _list(value, before, view, span)
         else:
-            out.append(orjson.dumps(value))
+            out.append(_written(value, view))
     out.append(b"}")
     return out
+
+
+def _written(value: Any, view: memoryview) -> bytes:
+    """``orjson.dumps(value)``, an elided string in it written as the client's bytes."""
+    return orjson.dumps(
+        value, default=partial(_restored, view), option=orjson.OPT_PASSTHROUGH_SUBCLASS
+    )
+
+
+def _restored(view: memoryview, value: Any) -> Any:
+    """What orjson writes for a subclass of a JSON type (the option above hands them here):
+    an elided string's JSON, as the client sent it; any other as its base type."""
+    if isinstance(value, Elided):
+        return orjson.Fragment(bytes(view[value.start : value.end]))
+    bases: tuple[type[Any], ...] = (str, int, float, dict, list)
+    base = next((b for b in bases if isinstance(value, b)), None)
+    if base is None:
+        raise TypeError(f"{type(value).__name__} is not JSON")
+    return base(value)
 
 
 _MISSING = object()
@@ -77,7 +100,7 @@ def _list(value: list[Any], before: list[Any], view: memoryview, span: Span) -> 
             run = (index, index)
         else:
             run = None
-            out.append(orjson.dumps(item))
+            out.append(_written(item, view))
     flush()
     out.append(b"]")
     return out

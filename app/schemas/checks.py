@@ -17,7 +17,8 @@ from typing import Any
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 WRITABLE_DEPTH = 254
-"""Deepest nesting orjson writes (memproxy re-serialises a chat body to inject memories)."""
+"""Deepest nesting orjson writes (memproxy writes a chat body anew to inject memories: all of a
+small one, the parts it changed of a large one: :mod:`app.proxy.json_splice`)."""
 
 
 def lone_surrogate(text: str) -> str | None:

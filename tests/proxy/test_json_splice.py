@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import app.proxy.offload as offload
-from app.proxy import json_pieces, json_splice
+from app.proxy import json_pieces, json_splice, json_strings
 from app.proxy.body import dump_json_object
 from app.proxy.hooks import Preparation, RequestContext
 from tests.helpers import RecordingHooks, completion_json
@@ -52,7 +52,7 @@ def test_every_span_holds_its_member_and_every_message(
     raw = spelled(body, ascii_only, indent)
     for piece in (offload.PIECE_CHARS, 7):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(json_pieces, "PIECE_CHARS", piece)
+            patch.setattr(json_strings, "PIECE_CHARS", piece)
             patch.setattr(json_pieces, "_TRIES", (2, 5, piece))
             parsed, spans = json_pieces.loads_with_spans(raw)
         assert parsed == orjson.loads(raw) and set(spans) == set(parsed)
@@ -117,9 +117,9 @@ def test_what_was_left_alone_is_the_client_s_bytes_and_never_goes_through_orjson
     written_by_orjson: list[Any] = []
     real = orjson.dumps
 
-    def dumps(value: Any, *args: Any) -> bytes:
+    def dumps(value: Any, *args: Any, **kwargs: Any) -> bytes:
         written_by_orjson.append(value)
-        return real(value, *args)
+        return real(value, *args, **kwargs)
 
     monkeypatch.setattr(orjson, "dumps", dumps)
     memories = {"role": "system", "content": "The user plays chess."}

@@ -136,3 +136,49 @@ async def test_a_body_in_pieces_is_sent_as_they_are_each_large_one_a_slice_at_a_
     assert hashlib.sha256(received[0]).digest() == hashlib.sha256(whole).digest()
     assert max(writes) <= _http11.WRITE_SLICE and sum(writes) > len(whole)  # the head too
     assert len(writes) >= len(whole) // _http11.WRITE_SLICE
+
+
+class PausingTransport:
+    """A transport whose buffer is full after every write, until the loop turns once."""
+
+    def __init__(self, protocol: _http11.Connection) -> None:
+        self.protocol = protocol
+        self.writes: list[bytes] = []
+        self.paused = False
+        self.while_paused = 0  # bytes written since the buffer was last below its mark
+        self.most_while_paused = 0
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+        self.while_paused += len(data)
+        self.most_while_paused = max(self.most_while_paused, self.while_paused)
+        if not self.paused:
+            self.paused = True
+            self.protocol.pause_writing()
+            asyncio.get_running_loop().call_soon(self.resume)
+
+    def resume(self) -> None:
+        self.paused = False
+        self.while_paused = 0
+        self.protocol.resume_writing()
+
+    def close(self) -> None:
+        self.protocol.connection_lost(None)
+
+
+async def test_the_sender_waits_for_the_socket_after_every_slice_of_bytes() -> None:
+    """Many pieces of under a slice (messages between new parts) are waited on as one large
+    one: never more than two slices handed over while the buffer is full."""
+    connection = _http11.Connection()
+    transport = PausingTransport(connection)
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    slice_ = _http11.WRITE_SLICE
+    pieces: list[_http11.Piece] = [b"head", bytes(3 * slice_ + 5)]
+    pieces += [memoryview(bytes([i]) * (slice_ // 3)) for i in range(20)]
+    await connection.send(pieces, timeout=5)
+    assert b"".join(transport.writes) == b"".join(pieces)
+    assert max(len(w) for w in transport.writes) <= slice_
+    assert transport.most_while_paused < 2 * slice_
+    transport.close()
+    with pytest.raises(_http11.Dead):
+        await connection.send([bytes(2 * slice_)], timeout=5)
