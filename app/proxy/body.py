@@ -53,10 +53,11 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return parse_json_body(raw)[0]
 
 
-DATA_KEYS = frozenset({"url", "data", "file_data"})
-"""Keys whose long values are data that memproxy never reads: an image's URL (a data URI), an
-audio clip's base64, a file's. In a large body such a value is checked but not made
-(:class:`~app.proxy.json_strings.Elided`): only the upstream reads it, as the client sent it."""
+DATA_KEYS = frozenset({"url", "image_url", "data", "file_data"})
+"""Keys whose long string values are data that memproxy never reads: an image's URL (a data
+URI; some clients give it as the `image_url` string itself), an audio clip's base64, a file's.
+In a large body such a value is checked but not made (:class:`~app.proxy.json_strings.Elided`):
+only the upstream reads it, as the client sent it."""
 
 
 def parse_json_body(

@@ -6,7 +6,8 @@ Mapping (the inverse of what PydanticAI's OpenAI model sends):
   set on the request they precede, so a model sees them where the client put them);
 - `user`: a `UserPromptPart`; text parts stay text, `image_url` becomes `ImageUrl` (data URIs
   kept as URLs: decoding megabytes of base64 that memory never looks at would be waste),
-  `input_audio` and `file` with inline data become `BinaryContent`, a `file_id` becomes
+  `input_audio` and `file` with inline data become `BinaryContent` (in a large body such data is
+  a stand-in, the data URI's head: :data:`app.proxy.body.DATA_KEYS`), a `file_id` becomes
   `UploadedFile`; parts of unknown types are left out;
 - `assistant`: a `ModelResponse` with a `TextPart` and one `ToolCallPart` per tool call;
 - `tool` / `function`: a `ToolReturnPart`, its tool name found from the call it answers.

@@ -47,9 +47,12 @@ class RequestContext:
     task: str | None
     memory_mode: MemoryMode
     body: dict[str, Any]
-    """The parsed client body (do not mutate: return a new one from `before_forward`)."""
+    """The parsed client body (do not mutate: return a new one from `before_forward`). In a
+    large body an image's, audio clip's or file's long data is a stand-in, the data URI's head
+    (:data:`app.proxy.body.DATA_KEYS`): never read, it goes upstream as the client sent it
+    from any body `before_forward` returns."""
     request: ChatCompletionRequest
-    """The validated view of `body`."""
+    """The validated view of `body` (its stand-ins as plain strings: never written upstream)."""
     body_bytes: int = 0
     """The client body's size: a large one is worked on off the event loop
     (:func:`app.proxy.offload.off_loop`)."""
@@ -90,7 +93,9 @@ class RequestContext:
 
     @cached_property
     def history(self) -> ConvertedHistory:
-        """The conversation as PydanticAI messages; converted on first use, off the hot path."""
+        """The conversation as PydanticAI messages; converted on first use, off the hot path.
+        Its words are the client's; a large body's images, audio and files are empty stand-ins
+        (`body`), which memory, reading words only, never misses."""
         return convert(self.request.messages)
 
     def drop_parsed(self) -> None:

@@ -6,9 +6,10 @@ the document's outer two levels here, over its bytes, a value at a time (the top
 members, and each element of a list or object inside it: every message of ``messages``),
 decoding each and handing it to the standard library's C scanner; a value too large for one
 call (a message holding a pasted document or an image) is walked the same way, and a long
-string is checked, decoded and unescaped a piece at a time. The body is never decoded whole:
-the one large object made in one call is each long string itself (its join, a copy of a few
-tens of milliseconds per 50 MB, most of it the fresh memory's page faults).
+string is checked, decoded and unescaped a piece at a time (:mod:`app.proxy.json_strings`). The
+body is never decoded whole: the one large object made in one call is each long string itself
+(its join, a copy of a few tens of milliseconds per 50 MB, most of it the fresh memory's page
+faults), and not even that for data the caller never reads (an image's: ``elide``).
 
 :func:`loads_with_spans` also says where each member of the top-level object, and each element
 of a list there (every message), lies in the body: :mod:`app.proxy.json_splice` writes the
@@ -31,7 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from app.proxy.json_strings import BadJSON, boundary, decoded, has_surrogate_escape, string
+from app.proxy.json_strings import (
+    BadJSON,
+    LoneInElided,
+    boundary,
+    decoded,
+    has_surrogate_escape,
+    string,
+)
 from app.proxy.offload import PIECE_CHARS
 from app.schemas.checks import json_problem
 
@@ -139,8 +147,9 @@ def loads(raw: bytes) -> Any:
 
 def loads_with_spans(raw: bytes, elide: frozenset[str] = frozenset()) -> tuple[Any, Spans]:
     """``orjson.loads(raw)`` and, when it is an object, where each member's value lies; a
-    string longer than a piece under one of the keys `elide` (anywhere in the body) is an
-    :class:`~app.proxy.json_strings.Elided` standing for it, checked but not made."""
+    string of a piece or more under one of the keys `elide` (anywhere in the body) is an
+    :class:`~app.proxy.json_strings.Elided` standing for it, checked as orjson would but not
+    made (its value is a stand-in: see that class)."""
     if raw.startswith(b"\xef\xbb\xbf"):
         raise BadJSON("UTF-8 byte order mark (BOM) is not supported", raw, 0)
     spans: Spans = {}
@@ -148,7 +157,11 @@ def loads_with_spans(raw: bytes, elide: frozenset[str] = frozenset()) -> tuple[A
     # Lone surrogates are looked for (under duplicate keys too) only when there may be one.
     surrogates = has_surrogate_escape(raw)
     how = _How(_scan_checking if surrogates else _scan, elide)
-    value, end = _value(raw, end, 1, how, members=spans)
+    try:
+        value, end = _value(raw, end, 1, how, members=spans)
+    except LoneInElided:
+        # Read again with every string made, to name the place (rare: base64 has no escapes).
+        return loads_with_spans(raw)
     end = _space(raw, end)
     if end != len(raw):
         raise BadJSON("unexpected content after document", raw, end)

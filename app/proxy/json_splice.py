@@ -71,7 +71,7 @@ def _restored(view: memoryview, value: Any) -> Any:
     base = next((b for b in bases if isinstance(value, b)), None)
     if base is None:
         raise TypeError(f"{type(value).__name__} is not JSON")
-    return base(value)
+    return str.__str__(value) if base is str else base(value)
 
 
 _MISSING = object()

@@ -74,7 +74,7 @@ def string(raw: bytes, at: int, *, keep: bool = True) -> tuple[str, int]:
     """The string whose opening quote is at `at`, and the byte after its closing quote. A long
     one is checked, decoded and unescaped a piece at a time, never cutting an escape, a
     surrogate pair or a UTF-8 character; its pieces are joined once. Unless `keep`, a string
-    longer than a piece is checked the same way but not made: it is an :class:`Elided`."""
+    of a piece or more is checked the same way but not made: it is an :class:`Elided`."""
     start = at + 1
     size = max(PIECE_CHARS, 16)  # room for an escape, or a piece could hold none
     parts = []
@@ -109,11 +109,16 @@ class Elided(str):
     def __new__(cls, raw: bytes, start: int, end: int) -> Elided:
         head = raw[start + 1 : min(start + 1 + _HEAD_BYTES, end - 1)]
         marker = head.find(b";base64,") if head.startswith(b"data:") else -1
-        stand_in = (
-            head[: marker + len(b";base64,")].decode("ascii", "replace") if marker >= 0 else ""
-        )
-        self = super().__new__(cls, stand_in)
+        stand_in = head[: marker + len(b";base64,")] if marker >= 0 else b""
+        # checked with the rest (string()): whole escapes (a client may write "image\/png")
+        self = super().__new__(cls, _unescape(stand_in, 0, len(stand_in)))
         self.start, self.end = start, end
+        return self
+
+    def __copy__(self) -> Elided:
+        return self  # immutable, as a str
+
+    def __deepcopy__(self, memo: object) -> Elided:
         return self
 
 
@@ -130,7 +135,13 @@ def _check(raw: bytes, start: int, end: int) -> None:
     if "\\" in text:
         value, _ = _scanstring('"' + text + '"', 1)
         if _LONE.search(value) is not None:
-            raise ValueError("a lone surrogate escape in a long string")
+            raise LoneInElided("a lone surrogate escape in a long string")
+
+
+class LoneInElided(ValueError):
+    """A lone surrogate escape in a string being elided, whose place in the document the
+    parser does not keep (:func:`~app.proxy.json_pieces.loads_with_spans` reads the body again
+    whole to name it)."""
 
 
 def _why_not(raw: bytes, at: int) -> str:

@@ -13,6 +13,8 @@ import httpx
 import orjson
 import pytest
 import respx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.proxy import json_pieces, json_splice, json_strings
 from app.proxy.body import DATA_KEYS
@@ -88,6 +90,8 @@ def test_long_data_is_left_in_the_body_and_the_rest_is_parsed(ascii_only: bool) 
 def test_what_is_wrong_in_long_data_is_refused_as_orjson_refuses_it(
     inside: bytes, error: type[Exception]
 ) -> None:
+    fine = b'{"messages": [{"image_url": {"url": "' + b"y" * 40 + b'"}}]}'
+    assert isinstance(parsed(fine)[0]["messages"][0]["image_url"]["url"], Elided)
     for at in (0, 5, 17, 40):
         data = b"y" * 40
         raw = b'{"messages": [{"image_url": {"url": "' + data[:at] + inside + data[at:] + b'"}}]}'
@@ -156,3 +160,46 @@ async def test_a_lone_surrogate_in_long_data_is_a_422_naming_it(
     assert not route.called
     ok = await client.post("/v1/chat/completions", json=chat(image), headers=ANN)
     assert ok.status_code == 200  # still serving
+
+
+@pytest.mark.parametrize("at", range(0, 24))
+def test_a_surrogate_pair_is_never_cut_wherever_the_pieces_fall(at: int) -> None:
+    url = "y" * at + "😀" * 5 + "z" * 40
+    raw = json.dumps({"messages": [{"image_url": {"url": url}}]}, ensure_ascii=True).encode()
+    value, _ = parsed(raw)
+    got = value["messages"][0]["image_url"]["url"]
+    assert isinstance(got, Elided) and orjson.loads(raw[got.start : got.end]) == url
+
+
+texts = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(["\\", '"', "😀", "é"]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    urls=st.lists(texts, min_size=1, max_size=4),
+    ascii_only=st.booleans(),
+    rewrite=st.integers(min_value=0, max_value=3),
+)
+def test_an_elided_body_rewritten_is_written_as_the_whole_one_would_be(
+    urls: list[str], ascii_only: bool, rewrite: int
+) -> None:
+    """Parsed with data left in the body, changed as memproxy changes bodies (a system message
+    in front, a message rewritten), spliced: the same JSON as the change made to the body
+    parsed whole, whatever the data holds and wherever the pieces cut it."""
+    messages = [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": u * 3}}]}
+        for u in urls
+    ]
+    body = {"model": "m", "messages": messages, "audio": {"data": urls[0] * 5}}
+    raw = json.dumps(body, ensure_ascii=ascii_only).encode()
+
+    def change(value: dict[str, Any]) -> dict[str, Any]:
+        out = list(value["messages"])
+        if rewrite < len(out):
+            part = {"type": "text", "text": "and?"}
+            out[rewrite] = {**out[rewrite], "content": [*out[rewrite]["content"], part]}
+        return {**value, "messages": [{"role": "system", "content": "memories"}, *out]}
+
+    value, spans = parsed(raw)
+    written = b"".join(json_splice.splice(change(value), value, raw, spans))
+    assert orjson.loads(written) == change(orjson.loads(raw))

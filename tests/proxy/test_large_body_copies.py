@@ -182,3 +182,24 @@ async def test_the_sender_waits_for_the_socket_after_every_slice_of_bytes() -> N
     transport.close()
     with pytest.raises(_http11.Dead):
         await connection.send([bytes(2 * slice_)], timeout=5)
+
+
+async def test_the_sender_stops_when_the_connection_closes_mid_body() -> None:
+    connection = _http11.Connection()
+    transport = PausingTransport(connection)
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    resumed = 0
+    resume = transport.resume
+
+    def resume_then_close() -> None:
+        nonlocal resumed
+        resumed += 1
+        resume()
+        if resumed == 3:
+            transport.close()  # the upstream went away after three slices
+
+    transport.resume = resume_then_close  # type: ignore[method-assign]
+    body = bytes(10 * _http11.WRITE_SLICE)
+    with pytest.raises(_http11.Dead):
+        await connection.send([b"head", body], timeout=5)
+    assert sum(len(w) for w in transport.writes) <= 4 * _http11.WRITE_SLICE + 4
