@@ -27,6 +27,7 @@ Promises:
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -59,6 +60,9 @@ SQL_BATCH = 256
 compile (on the event loop) and exceeds SQLite's limit of bound parameters."""
 INSERT_BATCH = 512
 """Fingerprints per round trip of a job's insert: ~5 ms of the event loop each (2,048: ~25 ms)."""
+SORT_ON_LOOP = 4096
+"""A job's fingerprints sorted on the event loop up to this many: a long conversation's first
+job takes every one of its turns (52,430 took ~30 ms to sort, the loop held meanwhile)."""
 MODEL_CHARS = 256
 """What `manager_state.model` holds of a chat's model name at most."""
 
@@ -165,12 +169,17 @@ class JobQueue(IdleJobs):
                 taken.update(await session.scalars(statement, rows))
             if not taken:
                 return None
+            fingerprints = (
+                sorted(taken)
+                if len(taken) <= SORT_ON_LOOP
+                else await asyncio.to_thread(sorted, taken)
+            )
             job = ManagerJob(
                 id=str(uuid.uuid4()), user_id=user_id, explicit=exchange.explicit,
                 status=JobStatus.AWAITING.value, attempts=0, next_attempt_at=stamp,
                 payload={"model": model,
                          "context": dump([_for_manager(t) for t in exchange.context]),
-                         "new": dump(_owned(exchange, taken)), "fingerprints": sorted(taken)},
+                         "new": dump(_owned(exchange, taken)), "fingerprints": fingerprints},
                 created_at=stamp, owner=self.owner, lease_until=self._lease(),
             )  # fmt: skip
             session.add(job)

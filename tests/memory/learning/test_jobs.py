@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import respx
@@ -325,6 +326,15 @@ async def test_a_jobs_turns_are_those_no_other_job_took_across_insert_batches(
     statement given many rows): two requests of one conversation that each saw no job take
     each turn once, whichever batch holds it."""
     monkeypatch.setattr(jobs, "INSERT_BATCH", 3)
+    monkeypatch.setattr(jobs, "SORT_ON_LOOP", 2)  # the second job's are sorted in a thread
+    threads: list[Any] = []
+    to_thread = asyncio.to_thread
+
+    async def recorded(fn: Any, *args: Any) -> Any:
+        threads.append(fn)
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(jobs.asyncio, "to_thread", recorded)
     store = MemoryStore(engine)
     queue = JobQueue(store.sessions, limit=100)
     turns = [turn("user" if i % 2 == 0 else "assistant", f"turn {i}") for i in range(14)]
@@ -343,4 +353,5 @@ async def test_a_jobs_turns_are_those_no_other_job_took_across_insert_batches(
     assert payloads[two.job_id]["fingerprints"] == sorted(
         set(longer.fingerprints) - set(first.fingerprints)
     )
+    assert sorted in threads  # more than SORT_ON_LOOP: sorted off the event loop
     assert await queue.processed("ann", longer.fingerprints) == set(longer.fingerprints)
