@@ -27,7 +27,6 @@ Promises:
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -60,9 +59,6 @@ SQL_BATCH = 256
 compile (on the event loop) and exceeds SQLite's limit of bound parameters."""
 INSERT_BATCH = 512
 """Fingerprints per round trip of a job's insert: ~5 ms of the event loop each (2,048: ~25 ms)."""
-SORT_ON_LOOP = 4096
-"""A job's fingerprints sorted on the event loop up to this many: a long conversation's first
-job takes every one of its turns (52,430 took ~30 ms to sort, the loop held meanwhile)."""
 MODEL_CHARS = 256
 """What `manager_state.model` holds of a chat's model name at most."""
 
@@ -72,6 +68,14 @@ def _for_manager(message: ModelMessage) -> ModelMessage:
     text = text_of(message)
     cut = for_manager(text)
     return message if cut is text else turn(role_of(message), cut)
+
+
+def _own_fingerprints(exchange: Exchange, taken: set[str]) -> list[str]:
+    """The fingerprints of the exchange's new turns this job took (at most
+    :data:`~app.memory.learning.extraction.MAX_JOB_TURNS`), sorted."""
+    marks = exchange.marks or fingerprints_of([*exchange.context, *exchange.new])
+    offset = len(exchange.context)
+    return sorted({f for i, f in marks if i >= offset and f in taken})
 
 
 def _owned(exchange: Exchange, taken: set[str]) -> list[ModelMessage]:
@@ -169,17 +173,16 @@ class JobQueue(IdleJobs):
                 taken.update(await session.scalars(statement, rows))
             if not taken:
                 return None
-            fingerprints = (
-                sorted(taken)
-                if len(taken) <= SORT_ON_LOOP
-                else await asyncio.to_thread(sorted, taken)
-            )
+            # The job keeps the fingerprints of its own turns (to free them if it is withdrawn),
+            # not those of the turns a long conversation's job leaves out: those stay taken
+            # either way, and 50,000 of them were ~4 MB of JSON, written and read on the loop.
+            own = _own_fingerprints(exchange, taken)
             job = ManagerJob(
                 id=str(uuid.uuid4()), user_id=user_id, explicit=exchange.explicit,
                 status=JobStatus.AWAITING.value, attempts=0, next_attempt_at=stamp,
                 payload={"model": model,
                          "context": dump([_for_manager(t) for t in exchange.context]),
-                         "new": dump(_owned(exchange, taken)), "fingerprints": fingerprints},
+                         "new": dump(_owned(exchange, taken)), "fingerprints": own},
                 created_at=stamp, owner=self.owner, lease_until=self._lease(),
             )  # fmt: skip
             session.add(job)
@@ -207,18 +210,21 @@ class JobQueue(IdleJobs):
 
     async def withdraw(self, job_id: str) -> None:
         """The exchange failed or the client left: the awaiting job goes, and its turns are
-        free again for the conversation's next exchange."""
+        free again for the conversation's next exchange (those a long conversation's job left
+        out stay taken, as they would once it ran: the next job leaves them out too)."""
         self.let_go(job_id)
         async with writing(self._sessions) as session:
             job = await session.scalar(_locked(ManagerJob.id == job_id, JobStatus.AWAITING))
             if job is None:
                 return
-            await session.execute(
-                delete(ProcessedTurn).where(
-                    ProcessedTurn.user_id == job.user_id,
-                    ProcessedTurn.fingerprint.in_(job.payload.get("fingerprints", [])),
+            # A statement per batch: asyncpg takes at most 32,767 parameters (a job queued
+            # before jobs kept only their own turns' fingerprints may hold 50,000).
+            for _, batch in pieces(job.payload.get("fingerprints", []), SQL_BATCH):
+                await session.execute(
+                    delete(ProcessedTurn).where(
+                        ProcessedTurn.user_id == job.user_id, ProcessedTurn.fingerprint.in_(batch)
+                    )
                 )
-            )
             await session.delete(job)
 
     async def _place(self, session: AsyncSession, job: ManagerJob, interval: float) -> Queued:
