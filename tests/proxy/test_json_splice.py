@@ -25,7 +25,7 @@ from tests.helpers import RecordingHooks, completion_json
 scalars = (
     st.none()
     | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63)
+    | st.integers(min_value=-(2**63), max_value=2**63)  # what orjson writes (a new part)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text()
 )

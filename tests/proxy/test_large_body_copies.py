@@ -51,10 +51,8 @@ async def test_a_large_body_is_joined_off_the_event_loop(
     assert (joined_on[0] != loop_thread) == (size > LARGE_BODY_BYTES)
 
 
-async def test_a_large_body_is_written_after_its_head_not_joined_to_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    received: list[bytes] = []
+def _upstream(received: list[bytes]) -> Any:
+    """A one-request upstream that keeps each request's body in `received` and answers {}."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -64,6 +62,16 @@ async def test_a_large_body_is_written_after_its_head_not_joined_to_it(
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
         await writer.drain()
         writer.close()
+
+    return handle
+
+
+async def test_a_large_body_is_written_after_its_head_not_joined_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    received: list[bytes] = []
+
+    handle = _upstream(received)
 
     written: list[list[bytes]] = []
     send = _http11.Connection.send
@@ -101,14 +109,7 @@ async def test_a_body_in_pieces_is_sent_as_they_are_each_large_one_a_slice_at_a_
     what the socket does not take into its buffer, on the event loop."""
     received: list[bytes] = []
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length")))  # fmt: skip
-        received.append(await reader.readexactly(length))
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
-        await writer.drain()
-        writer.close()
+    handle = _upstream(received)
 
     writes: list[int] = []
     made = _http11.Connection.connection_made
