@@ -70,14 +70,6 @@ def _for_manager(message: ModelMessage) -> ModelMessage:
     return message if cut is text else turn(role_of(message), cut)
 
 
-def _own_fingerprints(exchange: Exchange, taken: set[str]) -> list[str]:
-    """The fingerprints of the exchange's new turns this job took (at most
-    :data:`~app.memory.learning.extraction.MAX_JOB_TURNS`), sorted."""
-    marks = exchange.marks or fingerprints_of([*exchange.context, *exchange.new])
-    offset = len(exchange.context)
-    return sorted({f for i, f in marks if i >= offset and f in taken})
-
-
 def _owned(exchange: Exchange, taken: set[str]) -> list[ModelMessage]:
     """The exchange's new turns this job took: its user turns, each with the replies after it."""
     marks = dict(exchange.marks or fingerprints_of([*exchange.context, *exchange.new]))
@@ -173,16 +165,12 @@ class JobQueue(IdleJobs):
                 taken.update(await session.scalars(statement, rows))
             if not taken:
                 return None
-            # The job keeps the fingerprints of its own turns (to free them if it is withdrawn),
-            # not those of the turns a long conversation's job leaves out: those stay taken
-            # either way, and 50,000 of them were ~4 MB of JSON, written and read on the loop.
-            own = _own_fingerprints(exchange, taken)
             job = ManagerJob(
                 id=str(uuid.uuid4()), user_id=user_id, explicit=exchange.explicit,
                 status=JobStatus.AWAITING.value, attempts=0, next_attempt_at=stamp,
                 payload={"model": model,
                          "context": dump([_for_manager(t) for t in exchange.context]),
-                         "new": dump(_owned(exchange, taken)), "fingerprints": own},
+                         "new": dump(_owned(exchange, taken)), "fingerprints": sorted(taken)},
                 created_at=stamp, owner=self.owner, lease_until=self._lease(),
             )  # fmt: skip
             session.add(job)
@@ -210,15 +198,14 @@ class JobQueue(IdleJobs):
 
     async def withdraw(self, job_id: str) -> None:
         """The exchange failed or the client left: the awaiting job goes, and its turns are
-        free again for the conversation's next exchange (those a long conversation's job left
-        out stay taken, as they would once it ran: the next job leaves them out too)."""
+        free again for the conversation's next exchange."""
         self.let_go(job_id)
         async with writing(self._sessions) as session:
             job = await session.scalar(_locked(ManagerJob.id == job_id, JobStatus.AWAITING))
             if job is None:
                 return
-            # A statement per batch: asyncpg takes at most 32,767 parameters (a job queued
-            # before jobs kept only their own turns' fingerprints may hold 50,000).
+            # A statement per batch: asyncpg takes at most 32,767 parameters, and the first job
+            # of a long conversation holds every turn's fingerprint (50,000 and more).
             for _, batch in pieces(job.payload.get("fingerprints", []), SQL_BATCH):
                 await session.execute(
                     delete(ProcessedTurn).where(

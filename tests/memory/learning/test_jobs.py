@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import respx
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo
 from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -20,7 +20,7 @@ from app.memory.learning.applier import Applier, JobGone
 from app.memory.learning.decisions import Op, Operation
 from app.memory.learning.extraction import MAX_JOB_TURNS, exchange
 from app.memory.learning.jobs import JobQueue
-from app.memory.learning.turns import text_of, turn
+from app.memory.learning.turns import turn
 from app.memory.service import MemoryService
 from app.memory.store.db import writing
 from app.memory.store.memories import MemoryStore
@@ -347,12 +347,11 @@ async def test_a_jobs_turns_are_those_no_other_job_took_across_insert_batches(
     assert await queue.processed("ann", longer.fingerprints) == set(longer.fingerprints)
 
 
-async def test_a_long_conversation_s_job_keeps_its_own_turns_and_frees_them_in_batches(
+async def test_a_withdrawn_job_frees_its_turns_a_batch_per_statement(
     engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A job keeps the fingerprints of the turns it holds, not those of the turns it leaves out
-    (a 50,000-turn conversation's were ~4 MB of JSON on the loop); withdrawn, it frees its own,
-    a batch per statement (asyncpg refused 40,000 in one: over its 32,767 parameters)."""
+    """The first job of a long conversation holds every turn's fingerprint; withdrawn, it frees
+    them a batch per statement (asyncpg refused 40,000 in one: over its 32,767 parameters)."""
     monkeypatch.setattr(jobs, "SQL_BATCH", 3)
     store = MemoryStore(engine)
     queue = JobQueue(store.sessions, limit=100)
@@ -361,11 +360,7 @@ async def test_a_long_conversation_s_job_keeps_its_own_turns_and_frees_them_in_b
     assert found is not None and len(found.fingerprints) == 120
     queued = await queue.enqueue("ann", "m", found, interval_seconds=3600, awaiting=True)
     assert queued is not None
-    async with store.sessions() as session:
-        own = (await session.scalars(select(ManagerJob))).one().payload["fingerprints"]
-    held = [t for t in found.new if isinstance(t, ModelRequest)]
-    assert own == sorted(own) and len(own) == len(held) < 120
-    assert set(own) < set(found.fingerprints)
+    assert await queue.processed("ann", found.fingerprints) == set(found.fingerprints)
     statements: list[int] = []
 
     def count(_c: Any, _cur: Any, statement: str, parameters: Any, *_: Any) -> None:
@@ -377,13 +372,5 @@ async def test_a_long_conversation_s_job_keeps_its_own_turns_and_frees_them_in_b
         await queue.withdraw(queued.job_id)
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", count)
-    assert len(statements) == -(-len(own) // 3) and max(statements) <= 1 + 3
-    still = await queue.processed("ann", found.fingerprints)
-    assert still == set(found.fingerprints) - set(own)  # the left-out turns stay taken
-    # The next exchange holds the same turns again, and the new question: what a job freeing
-    # every turn would have given it (the left-out ones would be left out again).
-    longer = [*turns, turn("user", "and now?")]
-    again, freed_all = exchange(longer, still, threshold=1), exchange(longer, set(), threshold=1)
-    assert again is not None and freed_all is not None
-    assert [text_of(t) for t in again.new] == [text_of(t) for t in freed_all.new]
-    assert "and now?" in text_of(again.new[-1])
+    assert len(statements) == 120 // 3 and max(statements) <= 1 + 3
+    assert await queue.processed("ann", found.fingerprints) == set()  # every turn free again
