@@ -132,16 +132,14 @@ def _check(raw: bytes, start: int, end: int) -> None:
     valid escapes, and no lone surrogate (orjson refuses one; the caller's check of the parsed
     body cannot see it)."""
     text = decoded(raw, start, end)
-    if "\\" in text:
-        value, _ = _scanstring('"' + text + '"', 1)
-        if _LONE.search(value) is not None:
-            raise LoneInElided("a lone surrogate escape in a long string")
+    if "\\" in text and _LONE.search(_unescaped(text)) is not None:  # none without an escape
+        raise LoneInElided("a lone surrogate escape in a long string")
 
 
 class LoneInElided(ValueError):
     """A lone surrogate escape in a string being elided, whose place in the document the
-    parser does not keep (:func:`~app.proxy.json_pieces.loads_with_spans` reads the body again
-    whole to name it)."""
+    parser does not keep (:func:`~app.proxy.json_pieces.loads_with_spans` reads the body again,
+    every string made, to name it)."""
 
 
 def _why_not(raw: bytes, at: int) -> str:
@@ -170,7 +168,11 @@ def _before_high_surrogate(raw: bytes, cut: int, end: int) -> int:
 def _unescape(raw: bytes, start: int, end: int) -> str:
     """The inside of a string, ``raw[start:end]`` (checked by the pattern: no quote, no control
     character, whole escapes), decoded and unescaped."""
-    piece = decoded(raw, start, end)
+    return _unescaped(decoded(raw, start, end))
+
+
+def _unescaped(piece: str) -> str:
+    """`piece`, the inside of a string already decoded, with its escapes read."""
     if "\\" not in piece:
         return piece
     value, _ = _scanstring('"' + piece + '"', 1)

@@ -38,13 +38,13 @@ def chat(url: str, *, system: bool = False) -> dict[str, Any]:
     return {"model": "m", "messages": messages, "metadata": {"data": url, "short": {"url": "x"}}}
 
 
-def parsed(raw: bytes) -> tuple[Any, json_pieces.Spans]:
+def parsed(raw: bytes, elide: frozenset[str] = DATA_KEYS) -> tuple[Any, json_pieces.Spans]:
     """Parsed as a large body is, with pieces of a few bytes (a container holding a string
     longer than a piece is longer than the largest try: walked, never one call)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(json_strings, "PIECE_CHARS", PIECE)
         patch.setattr(json_pieces, "_TRIES", (2, 5, PIECE))
-        return json_pieces.loads_with_spans(raw, DATA_KEYS)
+        return json_pieces.loads_with_spans(raw, elide)
 
 
 def elided(value: Any) -> list[Elided]:
@@ -71,10 +71,7 @@ def test_long_data_is_left_in_the_body_and_the_rest_is_parsed(ascii_only: bool) 
     expected = orjson.loads(raw)
     assert value == json.loads(json.dumps(expected).replace(json.dumps(url), '"' + found[0] + '"'))
     # Without keys to elide, the very same body is parsed whole.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(json_strings, "PIECE_CHARS", PIECE)
-        patch.setattr(json_pieces, "_TRIES", (2, 5, PIECE))
-        assert json_pieces.loads(raw) == expected
+    assert parsed(raw, frozenset())[0] == expected
 
 
 @pytest.mark.parametrize(
