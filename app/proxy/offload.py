@@ -12,11 +12,14 @@ hop costs ~0.1 ms, several times what parsing a typical chat does.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import gc
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -34,12 +37,29 @@ def is_large(size: int) -> bool:
     return size > LARGE_BODY_BYTES
 
 
+_LANE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memproxy-large")
+"""The one thread the heavy steps of large bodies take turns on. Two threads running Python at
+once leave the event loop starved: the GIL goes to whichever waiting thread the system wakes,
+and with three wanting it the loop waited 38-47 ms at a time (a 50 MB chat's turns converted
+for its job while its body was written back; bench/loop_stall.py). With one, the loop is the
+only other taker and gets the GIL at every switch interval (5 ms). The work is the GIL's
+anyway: two threads of it would not finish sooner."""
+
+
 async def off_loop(size: int, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-    """`fn(*args, **kwargs)`: in a worker thread when `size` (the body's bytes) is large, else
-    right here. The caller's context variables (the request id in log lines) go along."""
+    """`fn(*args, **kwargs)`: on the large bodies' worker thread (:data:`_LANE`, in turn with
+    the other large bodies' steps) when `size` (the body's bytes) is large, else right here.
+    The caller's context variables (the request id in log lines) go along."""
     if not is_large(size):
         return fn(*args, **kwargs)
-    return await asyncio.to_thread(fn, *args, **kwargs)
+    return await in_lane(fn, *args, **kwargs)
+
+
+async def in_lane(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)` on the large bodies' worker thread (:data:`_LANE`), with the
+    caller's context variables: for Python-heavy work that must not run beside another such."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_LANE, call)
 
 
 def pieces(items: Sequence[T], size: int = PIECE_ITEMS) -> Iterator[tuple[int, Sequence[T]]]:

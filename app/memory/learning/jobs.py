@@ -3,9 +3,10 @@
 Promises:
 
 - :meth:`JobQueue.enqueue` writes the job and the fingerprints of the turns it takes in one
-  transaction: a turn is queued once. The chat hook writes it *awaiting*, before forwarding,
-  so it exists before the response completes; :meth:`JobQueue.complete` adds the answer and
-  makes it due, :meth:`JobQueue.withdraw` takes it back when the exchange fails;
+  transaction, each naming the job: a turn is queued once. The chat hook writes it *awaiting*,
+  before forwarding, so it exists before the response completes; :meth:`JobQueue.complete`
+  adds the answer and makes it due, :meth:`JobQueue.withdraw` takes it back (and frees its
+  turns) when the exchange fails;
 - a job is deleted in the transaction that applies it, by the process holding it
   (:meth:`JobQueue.consume`), so it is applied once or not at all, whenever a process dies; a
   job a dead process held is queued again once its lease runs out (:mod:`.leases`);
@@ -148,6 +149,7 @@ class JobQueue(IdleJobs):
         (two requests of one conversation finishing together). `awaiting`: the answer is still
         on its way; :meth:`complete` makes the job due, :meth:`withdraw` takes it back."""
         stamp = now()
+        job_id = str(uuid.uuid4())
         async with writing(self._sessions) as session:
             # The database decides which turns are this job's: the fingerprints it inserts. One
             # statement, compiled once, given the rows a batch at a time (SQLAlchemy's
@@ -161,16 +163,20 @@ class JobQueue(IdleJobs):
             )
             taken: set[str] = set()
             for _, batch in pieces(exchange.fingerprints, INSERT_BATCH):
-                rows = [{"user_id": user_id, "fingerprint": f, "created_at": stamp} for f in batch]
+                rows = [{"user_id": user_id, "fingerprint": f, "created_at": stamp,
+                         "job_id": job_id} for f in batch]  # fmt: skip
                 taken.update(await session.scalars(statement, rows))
             if not taken:
                 return None
+            # The turns name the job (a withdraw gives them back by it), so its payload does
+            # not list them: the first job of a long conversation takes every turn, and 50,000
+            # fingerprints were ~4 MB of JSON written and read at each step, on the event loop.
             job = ManagerJob(
-                id=str(uuid.uuid4()), user_id=user_id, explicit=exchange.explicit,
+                id=job_id, user_id=user_id, explicit=exchange.explicit,
                 status=JobStatus.AWAITING.value, attempts=0, next_attempt_at=stamp,
                 payload={"model": model,
                          "context": dump([_for_manager(t) for t in exchange.context]),
-                         "new": dump(_owned(exchange, taken)), "fingerprints": sorted(taken)},
+                         "new": dump(_owned(exchange, taken))},
                 created_at=stamp, owner=self.owner, lease_until=self._lease(),
             )  # fmt: skip
             session.add(job)
@@ -204,8 +210,10 @@ class JobQueue(IdleJobs):
             job = await session.scalar(_locked(ManagerJob.id == job_id, JobStatus.AWAITING))
             if job is None:
                 return
-            # A statement per batch: asyncpg takes at most 32,767 parameters, and the first job
-            # of a long conversation holds every turn's fingerprint (50,000 and more).
+            await session.execute(delete(ProcessedTurn).where(ProcessedTurn.job_id == job.id))
+            # A job a replica of the version before wrote lists its turns' fingerprints instead
+            # (migration 0012). A statement per batch: asyncpg takes at most 32,767 parameters,
+            # and the first job of a long conversation holds every turn's (50,000 and more).
             for _, batch in pieces(job.payload.get("fingerprints", []), SQL_BATCH):
                 await session.execute(
                     delete(ProcessedTurn).where(

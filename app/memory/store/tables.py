@@ -295,10 +295,14 @@ class ProcessedTurn(Base):
     clients resend whole conversations, and no turn is extracted twice."""
 
     __tablename__ = "processed_turns"
+    __table_args__ = (Index("ix_processed_turns_job", "job_id"),)
 
     user_id: Mapped[str] = mapped_column(String(256), primary_key=True)
     fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    job_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    """The chat job that took the turn, which gives it back if withdrawn (NULL: marked by
+    another kind of job, or before migration 0012)."""
 
 
 class ManagerState(Base):

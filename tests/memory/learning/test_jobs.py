@@ -12,7 +12,7 @@ import pytest
 import respx
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo
-from sqlalchemy import event, select
+from sqlalchemy import event, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.learning import jobs
@@ -24,7 +24,8 @@ from app.memory.learning.turns import turn
 from app.memory.service import MemoryService
 from app.memory.store.db import writing
 from app.memory.store.memories import MemoryStore
-from app.memory.store.tables import ManagerJob, MemorySource
+from app.memory.store.records import now
+from app.memory.store.tables import ManagerJob, MemorySource, ProcessedTurn
 from tests.conftest import AppClientFactory
 from tests.memory.learning.support import (
     ANN,
@@ -339,28 +340,74 @@ async def test_a_jobs_turns_are_those_no_other_job_took_across_insert_batches(
     assert one is not None and two is not None and one.job_id != two.job_id
     assert await queue.enqueue("ann", "m", longer, interval_seconds=3600) is None  # all taken
     async with store.sessions() as session:
-        payloads = {j.id: j.payload for j in await session.scalars(select(ManagerJob))}
-    assert payloads[one.job_id]["fingerprints"] == sorted(first.fingerprints)
-    assert payloads[two.job_id]["fingerprints"] == sorted(
+        rows = await session.execute(select(ProcessedTurn.fingerprint, ProcessedTurn.job_id))
+        owners = {f: j for f, j in rows.tuples()}
+        payloads = [j.payload for j in await session.scalars(select(ManagerJob))]
+    assert {f for f, j in owners.items() if j == one.job_id} == set(first.fingerprints)
+    assert {f for f, j in owners.items() if j == two.job_id} == (
         set(longer.fingerprints) - set(first.fingerprints)
     )
+    assert all("fingerprints" not in p for p in payloads)  # the rows say it, not the job
     assert await queue.processed("ann", longer.fingerprints) == set(longer.fingerprints)
 
 
-async def test_a_withdrawn_job_frees_its_turns_a_batch_per_statement(
+async def test_a_withdrawn_job_frees_its_turns_by_its_id_in_one_statement(
     engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first job of a long conversation holds every turn's fingerprint; withdrawn, it frees
-    them a batch per statement (asyncpg refused 40,000 in one: over its 32,767 parameters)."""
-    monkeypatch.setattr(jobs, "SQL_BATCH", 3)
+    """The first job of a long conversation takes every turn; withdrawn, it frees them by its
+    id, one statement however many (asyncpg refuses over 32,767 parameters), and only its own:
+    another job's turns and the turns history marks stay taken."""
+    monkeypatch.setattr(jobs, "INSERT_BATCH", 7)
     store = MemoryStore(engine)
     queue = JobQueue(store.sessions, limit=100)
     turns = [turn("user" if i % 2 == 0 else "assistant", f"turn {i}") for i in range(240)]
+    other = exchange([turn("user", "another chat")], set(), threshold=1)
     found = exchange(turns, set(), threshold=1)
-    assert found is not None and len(found.fingerprints) == 120
+    assert other is not None and found is not None and len(found.fingerprints) == 120
+    kept = await queue.enqueue("ann", "m", other, interval_seconds=3600, awaiting=True)
+    queued = await queue.enqueue("ann", "m", found, interval_seconds=3600, awaiting=True)
+    assert kept is not None and queued is not None
+    async with writing(store.sessions) as session:  # as history marks a turn: no job named
+        await session.execute(insert(ProcessedTurn).values(
+            user_id="ann", fingerprint="h" * 64, created_at=now(), job_id=None))  # fmt: skip
+    assert await queue.processed("ann", found.fingerprints) == set(found.fingerprints)
+    statements: list[str] = []
+
+    def count(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("DELETE FROM PROCESSED_TURNS"):
+            statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        await queue.withdraw(queued.job_id)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", count)
+    assert len(statements) == 1
+    assert await queue.processed("ann", found.fingerprints) == set()  # every turn free again
+    taken = [*other.fingerprints, "h" * 64]
+    assert await queue.processed("ann", taken) == set(taken)
+
+
+async def test_a_job_written_before_turns_named_their_job_is_withdrawn_from_its_payload(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job a replica of the version before wrote (migration 0012) lists its turns in its
+    payload, and its turns name no job: withdrawn, it frees them, a batch per statement
+    (asyncpg refused 40,000 in one)."""
+    monkeypatch.setattr(jobs, "SQL_BATCH", 3)
+    store = MemoryStore(engine)
+    queue = JobQueue(store.sessions, limit=100)
+    turns = [turn("user" if i % 2 == 0 else "assistant", f"turn {i}") for i in range(40)]
+    found = exchange(turns, set(), threshold=1)
+    assert found is not None and len(found.fingerprints) == 20
     queued = await queue.enqueue("ann", "m", found, interval_seconds=3600, awaiting=True)
     assert queued is not None
-    assert await queue.processed("ann", found.fingerprints) == set(found.fingerprints)
+    async with writing(store.sessions) as session:  # as the version before wrote them
+        await session.execute(update(ProcessedTurn).values(job_id=None))
+        job = (
+            await session.scalars(select(ManagerJob).where(ManagerJob.id == queued.job_id))
+        ).one()
+        job.payload = {**job.payload, "fingerprints": sorted(found.fingerprints)}
     statements: list[int] = []
 
     def count(_c: Any, _cur: Any, statement: str, parameters: Any, *_: Any) -> None:
@@ -372,5 +419,7 @@ async def test_a_withdrawn_job_frees_its_turns_a_batch_per_statement(
         await queue.withdraw(queued.job_id)
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", count)
-    assert len(statements) == 120 // 3 and max(statements) <= 1 + 3
-    assert await queue.processed("ann", found.fingerprints) == set()  # every turn free again
+    # one by the job's id (none such), then the payload's 20 three at a time
+    assert len(statements) == 1 + 7 and max(statements) <= 1 + 3
+    assert await queue.processed("ann", found.fingerprints) == set()
+    assert (await queue.counts())["awaiting"] == 0
