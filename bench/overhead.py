@@ -48,6 +48,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -400,6 +401,7 @@ def main() -> None:
             base = checkout(args.against, Path(folder) / "base")
             if args.memories:
                 shutil.copy(f"{folder}/memproxy.db", f"{folder}/base.db")
+                asyncio.run(downgrade_for(base, database.replace("memproxy.db", "base.db")))
             base_port = free_port()
             base_cmd = [*proxy_cmd[:-1], str(base_port)]
             base_env = {**proxy_env, "MEMPROXY_DATABASE_URL": database.replace("memproxy.db",
@@ -419,6 +421,27 @@ def main() -> None:
             server(proxy_cmd, proxy_port, proxy_env) as proxy_pid,
         ):
             asyncio.run(run(args, up_port, proxy_port, proxy_pid))
+
+
+async def downgrade_for(base: Path, database: str) -> None:
+    """Take `database` (seeded by this checkout) down to the newest migration `base` has: a
+    version refuses a schema it does not know. Migrations are numbered in order."""
+    sys.path.insert(0, str(ROOT))
+    from alembic import command
+
+    from app.memory.store.db import alembic_config, create_engine
+
+    known = sorted(p.name.split("_", 1)[0] for p in (base / "migrations/versions").glob("0*.py"))
+    engine = create_engine(database)
+
+    def run(connection: Any) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, known[-1])
+
+    async with engine.begin() as connection:
+        await connection.run_sync(run)
+    await engine.dispose()
 
 
 async def seed(database: str, count: int) -> None:
