@@ -22,6 +22,7 @@ import re
 import sqlite3
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -295,6 +296,31 @@ async def test_making_a_large_bodys_turns_is_not_the_databases_time(
     )
     assert response.status_code == 200 and "locker 42" in response.text
     assert await jobs_with(client, REMEMBER) == 1
+
+
+async def test_a_large_bodys_turns_waiting_in_the_lane_is_not_the_databases_time(
+    make_client: AppClientFactory, upstream: respx.Router, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large body's steps take turns on one thread (app/proxy/offload.py): its job's exchange
+    queued behind another request's long step (its parse, say) is the machine's time, not the
+    database's, and the chat keeps its answer and its job."""
+    answer(upstream, stream=False)
+    client = await learning_client(make_client, job_write_timeout_seconds=0.3)
+    made = job_write.turns_and_marks
+    ahead: list[Future[None]] = []
+
+    def with_another(ctx: Any) -> Any:  # on the lane: another request's step queues behind it
+        ahead.append(offload._LANE.submit(time.sleep, 0.6))
+        return made(ctx)
+
+    monkeypatch.setattr(job_write, "turns_and_marks", with_another)
+    monkeypatch.setattr(offload, "LARGE_BODY_BYTES", 0)  # this body as a large one: in the lane
+    response = await client.post(
+        "/v1/chat/completions", json=chat(REMEMBER, stream=False), headers=ANN
+    )
+    assert response.status_code == 200 and "locker 42" in response.text
+    assert await jobs_with(client, REMEMBER) == 1
+    assert len(ahead) == 1 and ahead[0].done()  # the exchange did wait for it
 
 
 @pytest.mark.parametrize("memory", ["read-only", "off"])

@@ -41,9 +41,11 @@ _LANE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memproxy-large")
 """The one thread the heavy steps of large bodies take turns on. Two threads running Python at
 once leave the event loop starved: the GIL goes to whichever waiting thread the system wakes,
 and with three wanting it the loop waited 38-47 ms at a time (a 50 MB chat's turns converted
-for its job while its body was written back; bench/loop_stall.py). With one, the loop is the
-only other taker and gets the GIL at every switch interval (5 ms). The work is the GIL's
-anyway: two threads of it would not finish sooner."""
+for its job while its body was written back; bench/loop_stall.py). With one, no other large
+body's work competes with the loop for the GIL, which it gets at every switch interval (5 ms)
+while the lane runs (the Manager's own steps still run in threads of their own). The work is
+the GIL's anyway: two threads of it would not finish sooner. A step waits for those queued
+before it: a bound on a request's own time must not count that wait (`WriteBound.aside`)."""
 
 
 async def off_loop(size: int, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:

@@ -9,9 +9,9 @@ fails, giving its turns back. It listed their fingerprints in its payload to do 
 first job of a long conversation takes every turn, and 50,000 fingerprints (~4 MB of JSON)
 were written and read again at each step of the job, on the event loop. Now each processed
 turn a chat's job takes names the job (`job_id`), and a withdraw deletes by it. NULL for every
-row before, and for the turns history, distilling and idle jobs mark (never withdrawn); a job
-written by a replica of the version before still lists its fingerprints, and a withdraw reads
-them as before.
+row before, and for the turns history, distilling and idle jobs mark (never withdrawn). A job
+is withdrawn only by the process that wrote it: a replica of the version before writes no
+`job_id` and withdraws its own jobs by their list, as before.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class JobWriter:
                 turns, marks = await off_loop(ctx.body_bytes, turns_and_marks, ctx)
             for attempt in itertools.count(1):
                 try:
-                    return await self._queue_turns(ctx, turns, marks)
+                    return await self._queue_turns(ctx, turns, marks, bound)
                 except Exception as exc:
                     if not storage_failure(exc):
                         raise
@@ -80,17 +80,18 @@ class JobWriter:
         return None
 
     async def _queue_turns(
-        self, ctx: RequestContext, turns: Turns, marks: list[tuple[int, str]]
+        self, ctx: RequestContext, turns: Turns, marks: list[tuple[int, str]], bound: WriteBound
     ) -> str | None:
         processed = await self._queue.processed(ctx.user_id, [f for _, f in marks])
-        found = await off_loop(
-            ctx.body_bytes,
-            exchange,
-            turns,
-            processed,
-            threshold=self._threshold_turns,
-            marks=marks,
-        )
+        with bound.aside():  # the machine's work, and a large body's waits its turn in the lane
+            found = await off_loop(
+                ctx.body_bytes,
+                exchange,
+                turns,
+                processed,
+                threshold=self._threshold_turns,
+                marks=marks,
+            )
         if found is None:
             return None
         queued = await self._queue.enqueue(

@@ -210,16 +210,9 @@ class JobQueue(IdleJobs):
             job = await session.scalar(_locked(ManagerJob.id == job_id, JobStatus.AWAITING))
             if job is None:
                 return
+            # Its turns name it (a job is withdrawn only by the process that wrote it, so never
+            # one of a replica of the version before, whose turns name none: migration 0012).
             await session.execute(delete(ProcessedTurn).where(ProcessedTurn.job_id == job.id))
-            # A job a replica of the version before wrote lists its turns' fingerprints instead
-            # (migration 0012). A statement per batch: asyncpg takes at most 32,767 parameters,
-            # and the first job of a long conversation holds every turn's (50,000 and more).
-            for _, batch in pieces(job.payload.get("fingerprints", []), SQL_BATCH):
-                await session.execute(
-                    delete(ProcessedTurn).where(
-                        ProcessedTurn.user_id == job.user_id, ProcessedTurn.fingerprint.in_(batch)
-                    )
-                )
             await session.delete(job)
 
     async def _place(self, session: AsyncSession, job: ManagerJob, interval: float) -> Queued:

@@ -302,7 +302,8 @@ class ProcessedTurn(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     job_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     """The chat job that took the turn, which gives it back if withdrawn (NULL: marked by
-    another kind of job, or before migration 0012)."""
+    another kind of job, or before migration 0012). Kept once the job is applied or merged
+    into another (an id no job has then): clearing it would rewrite every turn of the job."""
 
 
 class ManagerState(Base):
