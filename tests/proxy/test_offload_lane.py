@@ -58,12 +58,18 @@ async def test_large_steps_of_concurrent_requests_take_turns_on_one_thread() -> 
 
 
 async def test_a_small_step_runs_on_the_loop_beside_a_large_one() -> None:
-    overlap = Overlap()
-    large = asyncio.ensure_future(off_loop(LARGE, overlap.step, "large"))
-    await asyncio.sleep(0.005)  # the large one is inside its step
-    assert await off_loop(10, overlap.step, "small") == "small"  # not queued behind it
-    assert await large == "large"
-    assert overlap.most == 2 and threading.get_ident() in overlap.threads
+    inside, release = threading.Event(), threading.Event()
+
+    def large() -> int:
+        inside.set()
+        assert release.wait(5)
+        return threading.get_ident()
+
+    running = asyncio.ensure_future(off_loop(LARGE, large))
+    assert await asyncio.to_thread(inside.wait, 5)  # the large step holds the lane
+    assert await off_loop(10, threading.get_ident) == threading.get_ident()  # not queued
+    release.set()
+    assert await running != threading.get_ident()
 
 
 async def test_a_failing_step_raises_in_its_caller_and_the_lane_goes_on() -> None:
