@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.memory.search import bm25_scores
 from app.memory.search.lexical import Analyzer, LexicalIndex
 from app.memory.search.parts import decode
 from app.memory.search.ranked import Hit, Ranked
@@ -218,23 +219,26 @@ def test_bm25_stems_drops_question_words_and_normalises() -> None:
     assert len(index.scores("kayaks").items()) == 190 and len(index.scores("kayaks").top(7)) == 7
 
 
-def test_the_matches_read_from_a_few_postings_are_every_slot_scoring() -> None:
-    """A query whose words few memories hold is matched from their postings, not by a pass over
-    every slot: the same keys, scores and best (freed and reused slots too)."""
+@pytest.mark.parametrize("few", [True, False])
+def test_the_matches_read_from_the_postings_are_every_slot_scoring(
+    few: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query's matches are read from its words' postings (sorted when few, marked in a mask
+    of the slots when many), not by a pass over every slot's score: the same keys, scores and
+    best (freed and reused slots too)."""
+    monkeypatch.setattr(bm25_scores, "FEW_POSTINGS", 1 if few else 10**9)
     index = LexicalIndex(Analyzer())
     for key in range(1, 601):
         index.add(key, f"note {key} about " + ("zeppelins and kayaks" if key % 97 == 0 else "tea"))
     index.remove(194)
     index.add(700, "the zeppelin's slot reused by kayaks")  # 97 * 2's slot, now another's
-    for query, few in (("zeppelin kayak", True), ("note about tea", False)):
+    for query, count in (("zeppelin kayak", 6), ("note about tea", 599), ("nothing held", 0)):
         scores = index.scores(query)
-        held = sum(len(slots) for slots in scores._touched)
-        assert (held * 32 < len(scores._by_slot)) is few  # both ways of finding them taken
         every = np.flatnonzero(scores._by_slot)
         expected = dict(
             zip(index._keys[every].tolist(), scores._by_slot[every].tolist(), strict=True)
         )
-        assert scores.items() == expected and len(expected) == (6 if few else 599)
+        assert scores.items() == expected and len(expected) == count
         best = sorted(expected.values(), reverse=True)[:3]  # (ties: any of them)
         assert sorted((expected[k] for k in scores.top(3).tolist()), reverse=True) == best
     assert 700 in index.scores("zeppelin").items() and 194 not in index.scores("zeppelin").items()
