@@ -191,6 +191,8 @@ def _check(a: Mapping[str, np.ndarray]) -> None:
         slots.min() < 0 or slots.max() >= used or (a["lexical.keys"][slots] < 0).any()
     ):
         raise ValueError("a posting of no document")
+    if not (a["lexical.tf"] >= 1).all():  # (NaN too) a posting's count: it scores above 0
+        raise ValueError("a posting counted less than once")
     if len(doc_terms) and (doc_terms.min() < 0 or doc_terms.max() >= terms):
         raise ValueError("a term of no vocabulary")
     if len(a["briefs.type"]) and int(a["briefs.type"].max()) >= len(

@@ -224,6 +224,8 @@ async def test_a_damaged_image_loads_as_none(engine: AsyncEngine, damage: Any) -
     [
         ("lexical", "slots", lambda a: a + 10_000),  # postings of no document
         ("lexical", "doc_terms", lambda a: a + 10_000),  # terms of no vocabulary
+        ("lexical", "tf", lambda a: a * 0),  # postings counted no time: matches scoring 0
+        ("lexical", "tf", lambda a: a * np.nan),
         ("lexical", "term_ptr", lambda a: a[::-1].copy()),  # pointers out of order
         ("briefs", "keys", lambda a: a + 1),  # briefs of other memories
         ("briefs", "type", lambda a: a + 9),  # a type of no name

@@ -224,17 +224,21 @@ def test_the_matches_read_from_the_postings_are_every_slot_scoring(
     few: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A query's matches are read from its words' postings (sorted when few, marked in a mask
-    of the slots when many), not by a pass over every slot's score: the same keys, scores and
-    best (freed and reused slots too)."""
-    monkeypatch.setattr(bm25_scores, "FEW_POSTINGS", 1 if few else 10**9)
+    of the slots when many), not by a pass over every slot's score: the same slots, in order,
+    each once; the same keys, scores and best (freed and reused slots too)."""
+    monkeypatch.setattr(bm25_scores, "FEW_POSTINGS", 0 if few else 10**9)
     index = LexicalIndex(Analyzer())
     for key in range(1, 601):
-        index.add(key, f"note {key} about " + ("zeppelins and kayaks" if key % 97 == 0 else "tea"))
+        words = [w for n, w in ((97, "zeppelins"), (5, "kayaks"), (7, "lanterns")) if key % n == 0]
+        said = [" and ".join(words) or "tea"] * (1 + key % 3)  # counts of 1 to 3
+        index.add(key, f"note {key} about " + " ".join(said))
     index.remove(194)
     index.add(700, "the zeppelin's slot reused by kayaks")  # 97 * 2's slot, now another's
-    for query, count in (("zeppelin kayak", 6), ("note about tea", 599), ("nothing held", 0)):
+    queries = {"zeppelin kayak": 125, "lantern kayak": 189, "kayak lantern zeppelin": 193}
+    for query, count in {**queries, "note about tea": 599, "nothing held": 0}.items():
         scores = index.scores(query)
         every = np.flatnonzero(scores._by_slot)
+        assert np.array_equal(scores._matched(), every)
         expected = dict(
             zip(index._keys[every].tolist(), scores._by_slot[every].tolist(), strict=True)
         )
