@@ -275,52 +275,38 @@ async def test_a_retry_that_finds_its_turns_taken_by_the_refused_chat_s_late_job
     assert status == "queued"
 
 
-async def test_making_a_large_bodys_turns_is_not_the_databases_time(
-    make_client: AppClientFactory, upstream: respx.Router, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("delay", ["making", "queued"])
+async def test_a_large_bodys_own_work_is_not_the_databases_time(
+    make_client: AppClientFactory,
+    upstream: respx.Router,
+    monkeypatch: pytest.MonkeyPatch,
+    delay: str,
 ) -> None:
     """The bound is the database's: a conversation whose turns take longer to make than the
-    bound (a 50 MB history on a busy machine: bench/loop_stall.py answered 503) still has its
-    answer and its job; the database's own slowness still counts (the test above)."""
-    answer(upstream, stream=False)
-    client = await learning_client(make_client, job_write_timeout_seconds=0.3)
-    made = job_write.turns_and_marks
-
-    def slow(ctx: Any) -> Any:  # runs off the loop, as for a large body
-        time.sleep(0.6)
-        return made(ctx)
-
-    monkeypatch.setattr(job_write, "turns_and_marks", slow)
-    monkeypatch.setattr(offload, "LARGE_BODY_BYTES", 0)  # this body as a large one: in a thread
-    response = await client.post(
-        "/v1/chat/completions", json=chat(REMEMBER, stream=False), headers=ANN
-    )
-    assert response.status_code == 200 and "locker 42" in response.text
-    assert await jobs_with(client, REMEMBER) == 1
-
-
-async def test_a_large_bodys_turns_waiting_in_the_lane_is_not_the_databases_time(
-    make_client: AppClientFactory, upstream: respx.Router, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A large body's steps take turns on one thread (app/proxy/offload.py): its job's exchange
-    queued behind another request's long step (its parse, say) is the machine's time, not the
-    database's, and the chat keeps its answer and its job."""
+    bound (a 50 MB history on a busy machine: bench/loop_stall.py answered 503), or whose job's
+    exchange waits in the lane behind another request's long step (a large body's steps take
+    turns on one thread: app/proxy/offload.py), still has its answer and its job; the
+    database's own slowness still counts (the test above)."""
     answer(upstream, stream=False)
     client = await learning_client(make_client, job_write_timeout_seconds=0.3)
     made = job_write.turns_and_marks
     ahead: list[Future[None]] = []
 
-    def with_another(ctx: Any) -> Any:  # on the lane: another request's step queues behind it
-        ahead.append(offload._LANE.submit(time.sleep, 0.6))
+    def delayed(ctx: Any) -> Any:  # runs in the lane, as for a large body
+        if delay == "making":
+            time.sleep(0.6)
+        else:  # another request's step (its parse, say) queues behind this one
+            ahead.append(offload._LANE.submit(time.sleep, 0.6))
         return made(ctx)
 
-    monkeypatch.setattr(job_write, "turns_and_marks", with_another)
+    monkeypatch.setattr(job_write, "turns_and_marks", delayed)
     monkeypatch.setattr(offload, "LARGE_BODY_BYTES", 0)  # this body as a large one: in the lane
     response = await client.post(
         "/v1/chat/completions", json=chat(REMEMBER, stream=False), headers=ANN
     )
     assert response.status_code == 200 and "locker 42" in response.text
     assert await jobs_with(client, REMEMBER) == 1
-    assert len(ahead) == 1 and ahead[0].done()  # the exchange did wait for it
+    assert all(f.done() for f in ahead)  # the exchange did wait for it
 
 
 @pytest.mark.parametrize("memory", ["read-only", "off"])
