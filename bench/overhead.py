@@ -48,7 +48,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -427,20 +426,12 @@ async def downgrade_for(base: Path, database: str) -> None:
     """Take `database` (seeded by this checkout) down to the newest migration `base` has: a
     version refuses a schema it does not know. Migrations are numbered in order."""
     sys.path.insert(0, str(ROOT))
-    from alembic import command
-
-    from app.memory.store.db import alembic_config, create_engine
+    from app.memory.store.db import create_engine
+    from tests.memory.store.old_schema import migrate_to
 
     known = sorted(p.name.split("_", 1)[0] for p in (base / "migrations/versions").glob("0*.py"))
     engine = create_engine(database)
-
-    def run(connection: Any) -> None:
-        config = alembic_config()
-        config.attributes["connection"] = connection
-        command.downgrade(config, known[-1])
-
-    async with engine.begin() as connection:
-        await connection.run_sync(run)
+    await migrate_to(engine, known[-1], down=True)
     await engine.dispose()
 
 

@@ -1,5 +1,5 @@
-"""For the tests of the migrations: an empty database, a schema at a given revision, and
-memories written as a version before migration 0007 wrote them (no ``observed_at``, no
+"""For the tests of the migrations: an empty database, a schema at a given revision, how a
+schema differs from the models', and memories written as a version before migration 0007 wrote them (no ``observed_at``, no
 ``profile``): today's store writes columns an old schema lacks. Each write is one transaction
 that bumps the user's version, stamps its rows with it and leaves an event per change, as the
 store did then."""
@@ -14,11 +14,13 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.memory.store.db import alembic_config
-from app.memory.store.tables import MemoryEvent, UserState
+from app.memory.store.tables import Base, MemoryEvent, UserState
 from tests import databases
 
 WRITTEN = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
@@ -62,6 +64,17 @@ async def migrate_to(engine: AsyncEngine, revision: str, *, down: bool = False) 
 
     async with engine.begin() as connection:
         await connection.run_sync(run)
+
+
+async def differences(engine: AsyncEngine) -> list[object]:
+    """How the database's schema differs from the models' (SQLite's batch copies a table: its
+    indexes and constraints must come along)."""
+
+    def diff(connection: Connection) -> list[object]:
+        return list(compare_metadata(MigrationContext.configure(connection), Base.metadata))
+
+    async with engine.connect() as connection:
+        return await connection.run_sync(diff)
 
 
 async def _bump(connection: AsyncConnection, user_id: str) -> int:

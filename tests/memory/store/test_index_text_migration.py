@@ -9,13 +9,10 @@ import asyncio
 from pathlib import Path
 
 import sqlalchemy as sa
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 
 from app.memory.store.db import create_engine, schema_is_current, upgrade
 from app.memory.store.memories import MemoryStore
-from app.memory.store.tables import Base
-from tests.memory.store.old_schema import add_as_before, database, migrate_to
+from tests.memory.store.old_schema import add_as_before, database, differences, migrate_to
 
 
 async def scenario(url: str) -> None:
@@ -27,11 +24,8 @@ async def scenario(url: str) -> None:
 
         await upgrade(engine)
 
-        def diff(connection: sa.Connection) -> list[object]:
-            return list(compare_metadata(MigrationContext.configure(connection), Base.metadata))
-
         async with engine.connect() as connection:
-            assert await schema_is_current(engine) and await connection.run_sync(diff) == []
+            assert await schema_is_current(engine) and await differences(engine) == []
         (old,) = await add_as_before(engine, "ann", ["Written by an old replica"])
         store = MemoryStore(engine)
         snapshot = await store.snapshot("ann")

@@ -12,15 +12,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.store.db import create_engine, schema_is_current, upgrade
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory, now
-from app.memory.store.tables import Base, MemoryLink, MemoryType
-from tests.memory.store.old_schema import WRITTEN, add_as_before, database, migrate_to
+from app.memory.store.tables import MemoryLink, MemoryType
+from tests.memory.store.old_schema import (
+    WRITTEN,
+    add_as_before,
+    database,
+    differences,
+    migrate_to,
+)
 
 LATER = datetime(2025, 2, 3, 4, 5, 6, tzinfo=UTC)
 
@@ -37,17 +41,6 @@ async def _columns(engine: AsyncEngine, table: str) -> set[str]:
         return await connection.run_sync(read)
 
 
-async def _differences(engine: AsyncEngine) -> list[object]:
-    """How the database's schema differs from the models' (SQLite's batch copies the table:
-    its indexes and constraints must come along)."""
-
-    def diff(connection: sa.Connection) -> list[object]:
-        return list(compare_metadata(MigrationContext.configure(connection), Base.metadata))
-
-    async with engine.connect() as connection:
-        return await connection.run_sync(diff)
-
-
 async def upgrade_scenario(url: str) -> None:
     engine = create_engine(url)
     try:
@@ -60,7 +53,7 @@ async def upgrade_scenario(url: str) -> None:
 
         await upgrade(engine)
 
-        assert await schema_is_current(engine) and await _differences(engine) == []
+        assert await schema_is_current(engine) and await differences(engine) == []
         for memory_id, user, written in ((tea, "ann", WRITTEN), (chess, "ann", LATER),
                                          (rain, "bob", WRITTEN)):  # fmt: skip
             record = await store.get(user, memory_id)
@@ -117,7 +110,7 @@ async def downgrade_scenario(url: str) -> None:
         assert await store.version("bob") == versions["bob"]
 
         await upgrade(engine)  # and up again: what is left is dated when it was written
-        assert await _differences(engine) == []
+        assert await differences(engine) == []
         record = await store.get("ann", fact.id)
         assert record is not None and record.observed_at == record.created_at
         assert record.profile is False  # the mark went with the downgrade

@@ -8,12 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 
 from app.memory.store.db import create_engine, schema_is_current, upgrade
-from app.memory.store.tables import Base, ProcessedTurn
-from tests.memory.store.old_schema import database, migrate_to
+from app.memory.store.tables import ProcessedTurn
+from tests.memory.store.old_schema import database, differences, migrate_to
 
 OLD_TURNS = sa.table(
     "processed_turns",
@@ -37,11 +35,8 @@ async def scenario(url: str) -> None:
 
         await upgrade(engine)
 
-        def diff(connection: sa.Connection) -> list[object]:
-            return list(compare_metadata(MigrationContext.configure(connection), Base.metadata))
-
         async with engine.begin() as connection:
-            assert await schema_is_current(engine) and await connection.run_sync(diff) == []
+            assert await schema_is_current(engine) and await differences(engine) == []
             await connection.execute(
                 sa.insert(ProcessedTurn).values(
                     user_id="ann", fingerprint="b" * 64, created_at=SAID, job_id="j1"
