@@ -169,12 +169,12 @@ async def vacuum(engine: AsyncEngine) -> None:
 
 
 async def searches(
-    client: httpx.AsyncClient, user: dict[str, str]
+    client: httpx.AsyncClient, user: dict[str, str], count: int = QUERIES
 ) -> tuple[float, float, list[list[str]]]:
-    """p50 and p99 of QUERIES searches (the same queries for every user), and what each found."""
+    """p50 and p99 of `count` searches (the same queries for every user), and what each found."""
     text = Text(seed=3)
     samples, found = [], []
-    for _ in range(QUERIES):
+    for _ in range(count):
         query = {"query": text.sentence(4, 10), "limit": 10, "min_score": 0}
         started = time.perf_counter()
         response = await client.post("/v1/memories/search", json=query, headers=user)
@@ -185,10 +185,14 @@ async def searches(
 
 
 async def sizes(
-    client: httpx.AsyncClient, cache: IndexCache, total: int, sizes: tuple[int, ...]
+    client: httpx.AsyncClient,
+    cache: IndexCache,
+    total: int,
+    sizes: tuple[int, ...],
+    queries: int = QUERIES,
 ) -> None:
     """Each size searched with the exhaustive index, then the sizes of at least
-    MEMPROXY_INDEX_IVF_MIN_VECTORS with the approximate one, the same queries."""
+    MEMPROXY_INDEX_IVF_MIN_VECTORS with the approximate one, the same `queries` queries."""
     ivf_min, cache.upkeep.ivf_min = cache.upkeep.ivf_min, 0
     for size in sizes:
         user = {"X-User-Id": f"u{size // 1000}k"}
@@ -196,7 +200,7 @@ async def sizes(
         started = time.perf_counter()
         await cache.settled()  # its image, written in the background: not timed in the searches
         imaged = f", its image written {time.perf_counter() - started:.1f} s later"
-        p50, p99, _ = await searches(client, user)
+        p50, p99, _ = await searches(client, user, queries)
         print(
             f"{size:>7,} memories: search p50 {p50:5.1f} ms, p99 {p99:5.1f} ms "
             f"(first search, building the index: {load}{imaged if size >= 10_000 else ''}); "
@@ -206,7 +210,7 @@ async def sizes(
         user_id = f"u{size // 1000}k"
         cache.forget(user_id)
         entry = await cache.get(user_id)  # from its image, as the approximate one will be
-        p50, p99, restored = await searches(client, {"X-User-Id": user_id})
+        p50, p99, restored = await searches(client, {"X-User-Id": user_id}, queries)
         print(f"{size:>7,} memories, from its image, exhaustive: search p50 {p50:5.1f} ms, "
               f"p99 {p99:5.1f} ms")  # fmt: skip
         started = time.perf_counter()
@@ -217,7 +221,7 @@ async def sizes(
         index: Any = entry.vectors._index
         assert entry.vectors.approximate
         trained = time.perf_counter() - started
-        p50, p99, found = await searches(client, {"X-User-Id": user_id})
+        p50, p99, found = await searches(client, {"X-User-Id": user_id}, queries)
         same = statistics.mean(
             len(set(a) & set(b)) / len(a) for a, b in zip(found, restored, strict=True)
         )
@@ -309,6 +313,10 @@ async def main() -> None:
         "again once their index is made approximate (0: not)",
     )  # fmt: skip
     parser.add_argument(
+        "--queries", type=int, default=QUERIES,
+        help="searches per measurement (their p99 is the second worst of 200; more, steadier)",
+    )  # fmt: skip
+    parser.add_argument(
         "--every-user", action="store_true",
         help="then search every other user once (1,000 memories each), and drop every index",
     )  # fmt: skip
@@ -337,7 +345,7 @@ async def main() -> None:
                 await vacuum(services.engine)
                 gc.collect()
                 print(f"RSS after start-up and generation: {rss_mb():.0f} MB")
-                await sizes(client, memory.cache, args.total, chosen)
+                await sizes(client, memory.cache, args.total, chosen, args.queries)
                 if args.every_user:
                     fillers = [u for u in users if u.startswith("filler")]
                     await every_user(client, memory.cache, fillers)

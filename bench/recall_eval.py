@@ -12,6 +12,7 @@ in the top k, averaged over questions) and MRR, overall and per category, plus s
     python bench/recall_eval.py --quantize all           # int8 for memories too (none: fp32 only)
     python bench/recall_eval.py --url http://127.0.0.1:8000   # a running memproxy
     python bench/recall_eval.py --approximate --distractors 50000   # IVFs among 50k more
+    python bench/recall_eval.py --approximate --distractors 20000 --recombined   # of one life
 
 Evidence ids are normalised ("D30:05" -> "D30:5", "D:11:26" -> "D11:26", "D9:1 D4:4" split);
 ids naming no turn are dropped and counted; a question left with none is skipped and counted.
@@ -194,15 +195,18 @@ def approximating(cache: Any, probe_min: int) -> Callable[[str, str], Awaitable[
     return approximate
 
 
-async def crowding(service: Any, count: int) -> Callable[[str], Awaitable[None]]:
-    """What adds `count` sentences of prose to a user's memories (embedded here, once)."""
+async def crowding(
+    service: Any, count: int, data: list[dict[str, Any]] | None = None
+) -> Callable[[str], Awaitable[None]]:
+    """What adds `count` sentences of prose (or, given `data`, memories recombined from its
+    conversations: bench/_data.recombined) to a user's memories (embedded here, once)."""
     from dataclasses import replace
 
     from app.memory.search.parts import embed_for_store
     from app.memory.store.records import NewMemory
-    from bench._data import prose
+    from bench._data import prose, recombined
 
-    texts = prose(count)
+    texts = prose(count) if data is None else recombined(data, count)
     started = time.perf_counter()
     embedded = await embed_for_store(service.embedder, texts)
     print(f"{count:,} distractors embedded in {time.perf_counter() - started:.0f} s")
@@ -212,7 +216,9 @@ async def crowding(service: Any, count: int) -> Callable[[str], Awaitable[None]]
     async def crowd(user_id: str) -> None:
         for start in range(0, len(items), 5000):
             await service.store.add(user_id, items[start : start + 5000])
-        service.cache.forget(user_id)  # the next search builds the index from the rows
+        service.cache.forget(user_id)  # built again from the rows, then made approximate
+        await service.cache.get(user_id)  # when past MEMPROXY_INDEX_IVF_MIN_VECTORS: before
+        await service.cache.settled()  # the questions, not in the middle of them
 
     return crowd
 
@@ -270,6 +276,11 @@ async def main() -> None:
         help="in process: each user also holds this many sentences of English prose (the "
         "docstrings of the installed packages), embedded once, stored as the model's",
     )  # fmt: skip
+    parser.add_argument(
+        "--recombined", action="store_true",
+        help="with --distractors: the distractors are the conversations' own sentences "
+        "recombined (none from a cited turn): the same people and topics, near the questions",
+    )  # fmt: skip
     args = parser.parse_args()
     data = json.loads(args.data.read_text())
 
@@ -295,6 +306,7 @@ async def main() -> None:
                 overrides["dense_weight"] = args.dense_weight
             if args.approximate:  # each variant trains its own IVF, not one restored from an image
                 overrides["index_image_min_memories"] = 0
+                overrides["index_ivf_min_vectors"] = 0  # and the first round is exhaustive
             settings = Settings(**overrides)
             app = create_app(settings)
             await stack.enter_async_context(app.router.lifespan_context(app))
@@ -313,7 +325,8 @@ async def main() -> None:
             approximate = approximating(app.state.services.memory.cache, args.probe_min)
         crowd = None
         if args.distractors and not args.url:
-            crowd = await crowding(app.state.services.memory, args.distractors)
+            near = data if args.recombined else None
+            crowd = await crowding(app.state.services.memory, args.distractors, near)
         for name, result in (await evaluate(client, data, approximate, crowd)).items():
             print(f"--- {name}")
             report(result)

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 import numpy as np
 import numpy.ma  # else np.unique imports it in the first search: 47 ms on the loop
 
+from app.memory.search.beside import beside
 from app.memory.search.bm25_scores import Scores
 from app.memory.search.cache import IndexCache
 from app.memory.search.dense import Cosines
@@ -62,8 +63,9 @@ JUDGED = 8
 
 OFFLOAD_ABOVE = 200_000
 """Dense searches over more vectors than this (~14 ms and up) run in a thread, not on the event
-loop. Below it they run inline: measured at 100k vectors, the hand-off to a thread raised search
-p99 from 18 ms to 26 ms, while the inline scan holds other requests for ~7 ms at most."""
+loop, BM25 scoring the query meanwhile (:mod:`app.memory.search.beside`). Below it they run
+inline: measured at 100k vectors, the hand-off to a thread raised search p99 from 18 ms to
+26 ms, while the inline scan holds other requests for ~7 ms at most."""
 FEEDBACK_DOCS = 5
 FEEDBACK_TERMS = 10
 FEEDBACK_WEIGHT = 0.3
@@ -192,16 +194,22 @@ class Searcher:
             profile = standing(entry, shares.profile_tokens if shares else 0)
             shown = {s.key for s in profile}
             terms = entry.lexical.analyzer.query_terms(query)
-            by_query = entry.lexical.score_terms(terms, held_only=held_only)
-            laps.lap("lexical")
-            vector = await embedding
-            laps.lap("embedding")
             wanted = max(self._candidates, limit * 4 if types else limit)
-            if entry.vectors.vectors > OFFLOAD_ABOVE:
-                dense = await asyncio.to_thread(entry.vectors.search, vector, wanted)
-            else:
+            if entry.vectors.vectors > OFFLOAD_ABOVE:  # the scan in a thread, BM25 meanwhile
+                vector = await embedding
+                laps.lap("embedding")
+                dense, by_query = await beside(
+                    lambda: entry.vectors.search(vector, wanted),
+                    lambda: entry.lexical.score_terms(terms, held_only=held_only),
+                )
+                laps.lap("dense")
+            else:  # BM25 while the query's embedding may still be under way
+                by_query = entry.lexical.score_terms(terms, held_only=held_only)
+                laps.lap("lexical")
+                vector = await embedding
+                laps.lap("embedding")
                 dense = entry.vectors.search(vector, wanted)
-            laps.lap("dense")
+                laps.lap("dense")
             when = asked_times(query, utc_day(now or datetime.now(UTC)))
             ranked = self._rank(entry, terms, by_query, vector, dense, wanted, when)
             at = ranked.positions(shown, types)

@@ -4,7 +4,9 @@ operator (or ``bench/overhead.py``) reads to see which part of recall a slow cha
 The phases of :meth:`app.memory.search.ranking.Searcher.recall`, in order, each the wall time
 since the one before: ``index`` (the version check, and a catch-up or build when another
 process wrote), ``lexical`` (the index's lock, the profile, BM25), ``embedding`` (what was left
-to wait for the query's vector, begun with the version check), ``dense`` (the vector scan),
+to wait for the query's vector, begun with the version check), ``dense`` (the vector scan; for
+an index of over :data:`~app.memory.search.ranking.OFFLOAD_ABOVE` vectors, the scan in a thread
+and BM25 beside it, after ``embedding``, with no ``lexical`` of its own),
 ``rank`` (fusion, feedback, time words), ``judge`` (the relevance judge, when on), ``choice``
 (the budgets, and the lock again after a judge). A recall with no question, or over no memory,
 names ``index`` alone."""

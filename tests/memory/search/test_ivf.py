@@ -204,3 +204,15 @@ async def test_changes_made_while_it_trains_reach_the_approximate_index(
     queries = ["zebra", "cello violin", "lyon sings", "kayak coffee"]
     fresh = MemoryService(MemoryStore(engine), FakeEmbedder())  # type: ignore[arg-type]
     assert await ranking(memory, "ann", queries) == await ranking(fresh, "ann", queries)
+
+
+async def test_by_default_a_users_index_of_50000_vectors_is_made_approximate(
+    make_client: Any,
+) -> None:
+    """The setting's default reaches the app's index cache: measured among ~56,000 vectors of
+    one life (docs/performance.md), the IVF is on from 50,000."""
+    client = await make_client()
+    upkeep = client._transport.app.state.services.memory.cache.upkeep
+    assert upkeep.ivf_min == 50_000
+    off = await make_client(index_ivf_min_vectors=0)
+    assert off._transport.app.state.services.memory.cache.upkeep.ivf_min == 0
