@@ -117,40 +117,38 @@ def prose(count: int) -> list[str]:
     raise SystemExit(f"only {len(found)} sentences of prose found, not {count}")
 
 
-def recombined(conversations: list[dict[str, Any]], count: int, seed: int = 7) -> list[str]:
-    """`count` distinct memories in LoCoMo conversations' own words and form, for a store of one
-    life many times larger: each ``[<a session's date>] <a speaker>: `` and one to three
-    sentences that speaker said, drawn from different turns of the same conversation, none from
-    a turn any question cites as evidence (so no copy of an answer). Near the questions, unlike
+def recombined(conversation: dict[str, Any], count: int, seed: int = 7) -> list[str]:
+    """`count` distinct memories in a LoCoMo conversation's own words and form, for a store of
+    the same life many times larger: each ``[<a session's date>] <a speaker>: `` and one to
+    three sentences that speaker said, each from a different turn, none from a turn any of its
+    questions cites as evidence (so no copy of an answer). Near the questions, unlike
     :func:`prose`: the same people, topics and dates."""
     rng = random.Random(seed)
-    pools: list[tuple[list[str], dict[str, list[str]]]] = []
-    for sample in conversations:
-        talk = sample["conversation"]
-        cited = {
-            f"D{a}:{b}"
-            for qa in sample.get("qa", [])
-            for a, b in re.findall(r"D:?(\d+):0*(\d+)", " ".join(qa.get("evidence", [])))
-        }
-        dates, said = [], {}
-        for key, turns in talk.items():
-            if not (re.fullmatch(r"session_\d+", key) and isinstance(turns, list)):
-                continue
-            dates.append(talk.get(f"{key}_date_time", ""))
-            for turn in turns:
-                if turn["dia_id"] in cited:
-                    continue
-                sentences = re.split(r"(?<=[.!?])\s+", turn["text"].strip())
-                said.setdefault(turn["speaker"], []).extend(
-                    s for s in sentences if len(s.split()) >= 3
-                )
-        pools.append((dates, said))
+    cited = {
+        f"D{a}:{b}"
+        for qa in conversation.get("qa", [])
+        for a, b in re.findall(r"D:?(\d+):0*(\d+)", " ".join(qa.get("evidence", [])))
+    }
+    talk = conversation["conversation"]
+    dates: list[str] = []
+    turns: dict[str, list[list[str]]] = {}  # speaker -> their uncited turns' sentences
+    for key, session in talk.items():
+        if not (re.fullmatch(r"session_\d+", key) and isinstance(session, list)):
+            continue
+        dates.append(talk.get(f"{key}_date_time", ""))
+        for turn in session:
+            sentences = [
+                s for s in re.split(r"(?<=[.!?])\s+", turn["text"].strip()) if len(s.split()) >= 3
+            ]
+            if turn["dia_id"] not in cited and sentences:
+                turns.setdefault(turn["speaker"], []).append(sentences)
+    speakers = sorted(turns)
     found: dict[str, None] = {}
     for _ in range(count * 20):
-        dates, said = rng.choice(pools)
-        speaker = rng.choice(sorted(said))
-        picked = rng.sample(said[speaker], min(rng.randint(1, 3), len(said[speaker])))
-        found[f"[{rng.choice(dates)}] {speaker}: {' '.join(picked)}"] = None
+        speaker = rng.choice(speakers)
+        picked = rng.sample(turns[speaker], min(rng.randint(1, 3), len(turns[speaker])))
+        said = " ".join(rng.choice(sentences) for sentences in picked)
+        found[f"[{rng.choice(dates)}] {speaker}: {said}"] = None
         if len(found) == count:
             return list(found)
     raise SystemExit(f"only {len(found)} distinct recombined memories, not {count}")

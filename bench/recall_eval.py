@@ -96,7 +96,7 @@ async def evaluate(
     client: httpx.AsyncClient,
     data: list[dict[str, Any]],
     approximate: Callable[[str, str], Awaitable[str]] | None = None,
-    crowd: Callable[[str], Awaitable[None]] | None = None,
+    crowd: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each conversation imported, then its questions searched: with `approximate` (given the
     user, it makes their index approximate and says how), once as is and once after it, so
@@ -129,7 +129,7 @@ async def evaluate(
         import_seconds += time.perf_counter() - started
         imported += len(turns)
         if crowd is not None:
-            await crowd(user_id)
+            await crowd(user_id, sample)
         known = {d for d, _, _ in turns}
         for name in rounds:
             if name in VARIANTS and approximate is not None:
@@ -196,24 +196,27 @@ def approximating(cache: Any, probe_min: int) -> Callable[[str, str], Awaitable[
 
 
 async def crowding(
-    service: Any, count: int, data: list[dict[str, Any]] | None = None
-) -> Callable[[str], Awaitable[None]]:
-    """What adds `count` sentences of prose (or, given `data`, memories recombined from its
-    conversations: bench/_data.recombined) to a user's memories (embedded here, once)."""
+    service: Any, count: int, recombine: bool = False
+) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    """What adds `count` sentences of prose (embedded here, once) to a user's memories, or with
+    `recombine`, `count` memories recombined from the user's conversation (bench/_data.py)."""
     from dataclasses import replace
 
     from app.memory.search.parts import embed_for_store
     from app.memory.store.records import NewMemory
     from bench._data import prose, recombined
 
-    texts = prose(count) if data is None else recombined(data, count)
-    started = time.perf_counter()
-    embedded = await embed_for_store(service.embedder, texts)
-    print(f"{count:,} distractors embedded in {time.perf_counter() - started:.0f} s")
-    items = [replace(NewMemory(content=t), embedding=e.embedding, embedding_model=e.model)
-             for t, e in zip(texts, embedded, strict=True)]  # fmt: skip
+    async def embedded(texts: list[str]) -> list[Any]:
+        started = time.perf_counter()
+        vectors = await embed_for_store(service.embedder, texts)
+        print(f"{count:,} distractors embedded in {time.perf_counter() - started:.0f} s")
+        return [replace(NewMemory(content=t), embedding=e.embedding, embedding_model=e.model)
+                for t, e in zip(texts, vectors, strict=True)]  # fmt: skip
 
-    async def crowd(user_id: str) -> None:
+    shared = [] if recombine else await embedded(prose(count))
+
+    async def crowd(user_id: str, sample: dict[str, Any]) -> None:
+        items = await embedded(recombined(sample, count)) if recombine else shared
         for start in range(0, len(items), 5000):
             await service.store.add(user_id, items[start : start + 5000])
         service.cache.forget(user_id)  # built again from the rows, then made approximate
@@ -274,11 +277,12 @@ async def main() -> None:
     parser.add_argument(
         "--distractors", type=int, default=0,
         help="in process: each user also holds this many sentences of English prose (the "
-        "docstrings of the installed packages), embedded once, stored as the model's",
+        "docstrings of the installed packages), embedded once, stored as the model's (past "
+        "MEMPROXY_INDEX_IVF_MIN_VECTORS, searched through an IVF, as a user's would be)",
     )  # fmt: skip
     parser.add_argument(
         "--recombined", action="store_true",
-        help="with --distractors: the distractors are the conversations' own sentences "
+        help="with --distractors: each user's are their conversation's own sentences "
         "recombined (none from a cited turn): the same people and topics, near the questions",
     )  # fmt: skip
     args = parser.parse_args()
@@ -325,8 +329,7 @@ async def main() -> None:
             approximate = approximating(app.state.services.memory.cache, args.probe_min)
         crowd = None
         if args.distractors and not args.url:
-            near = data if args.recombined else None
-            crowd = await crowding(app.state.services.memory, args.distractors, near)
+            crowd = await crowding(app.state.services.memory, args.distractors, args.recombined)
         for name, result in (await evaluate(client, data, approximate, crowd)).items():
             print(f"--- {name}")
             report(result)

@@ -5,7 +5,7 @@ whenever it is missing or stale. A memory has one vector per part
 (:mod:`app.memory.search.parts`), with ids derived from its key, and scores as its best part: a
 cosine similarity in [-1, 1] (vectors are L2-normalised).
 
-The search is exhaustive (it never misses a memory) over vectors stored in half precision
+This index's search is exhaustive (it never misses a memory) over vectors stored in half precision
 (``IndexScalarQuantizer``, fp16): measured at 100k vectors on one core, 7.0 ms per query against
 11.4 for float32 (``IndexFlatIP``) with the same top 10 and scores within 4e-5, in half the
 memory. A user with many memories gets an approximate index instead (:mod:`.ivf`, adopted by
@@ -23,13 +23,26 @@ from threadpoolctl import threadpool_limits
 
 from app.memory.search.parts import MAX_PARTS, key_of, parts_ids
 
+_threads = 1
+"""FAISS's OpenMP threads, as :func:`configure_threads` last set them."""
+
 
 def configure_threads(threads: int) -> None:
-    """FAISS's OpenMP threads and BLAS's, process-wide. One: on small machines a pool of
+    """FAISS's OpenMP threads (on the calling thread, and on the index's scan thread:
+    :func:`faiss_threads_here`) and BLAS's (process-wide). One: on small machines a pool of
     spinning threads costs the server's other core and makes latency erratic (measured at 100k
     vectors: p99 26 ms with one BLAS thread, 35-44 ms with two)."""
-    faiss.omp_set_num_threads(max(1, threads))
-    threadpool_limits(max(1, threads), user_api="blas")
+    global _threads
+    _threads = max(1, threads)
+    faiss.omp_set_num_threads(_threads)
+    threadpool_limits(_threads, user_api="blas")
+
+
+def faiss_threads_here() -> None:
+    """This thread's FAISS calls use :func:`configure_threads`' count: OpenMP keeps the count
+    per thread, and a thread that did not set it runs FAISS on every core (measured: a new
+    thread of a 2-core machine gets 2 after the main thread set 1)."""
+    faiss.omp_set_num_threads(_threads)
 
 
 class VectorIndex:

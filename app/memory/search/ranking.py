@@ -196,6 +196,7 @@ class Searcher:
             terms = entry.lexical.analyzer.query_terms(query)
             wanted = max(self._candidates, limit * 4 if types else limit)
             if entry.vectors.vectors > OFFLOAD_ABOVE:  # the scan in a thread, BM25 meanwhile
+                laps.lap("lexical")  # (the lock and the profile: BM25 is in `dense` here)
                 vector = await embedding
                 laps.lap("embedding")
                 dense, by_query = await beside(

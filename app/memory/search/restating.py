@@ -34,11 +34,11 @@ fact and says more goes whole: it holds what was to be forgotten (its text stays
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import numpy as np
 
+from app.memory.search.beside import in_thread
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.lexical import STOP_WORDS, Analyzer
 from app.memory.search.user_index import UserIndex
@@ -99,11 +99,12 @@ async def restatements(
         return {}
     (vector,) = await embedder.embed([text])
     async with index.lock:  # the index is read in a thread: nothing may change it meanwhile
+        # (kept till that thread is done, also when cancelled: app.memory.search.beside)
         lexical = index.lexical.score_terms(sorted(words)).top(CANDIDATES)
         dense, _ = index.vectors.search(vector, CANDIDATES // 4)
         candidates = list(dict.fromkeys([*lexical.tolist(), *dense.tolist()]))
         # the word checks take ~170 ms over 250 candidates: off the event loop
-        checks = await asyncio.to_thread(_checks, index, candidates, key, text)
+        checks = await in_thread(lambda: _checks(index, candidates, key, text))
     if not checks:
         return {}
     cosines = await embedder.embed([sentence for _, sentence in checks]) @ vector

@@ -6,7 +6,7 @@ since the one before: ``index`` (the version check, and a catch-up or build when
 process wrote), ``lexical`` (the index's lock, the profile, BM25), ``embedding`` (what was left
 to wait for the query's vector, begun with the version check), ``dense`` (the vector scan; for
 an index of over :data:`~app.memory.search.ranking.OFFLOAD_ABOVE` vectors, the scan in a thread
-and BM25 beside it, after ``embedding``, with no ``lexical`` of its own),
+and BM25 beside it, after ``embedding``, and ``lexical`` only the lock and the profile),
 ``rank`` (fusion, feedback, time words), ``judge`` (the relevance judge, when on), ``choice``
 (the budgets, and the lock again after a judge). A recall with no question, or over no memory,
 names ``index`` alone."""

@@ -6,12 +6,14 @@ index becomes approximate past MEMPROXY_INDEX_IVF_MIN_VECTORS, in the background
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.config import Settings
 from app.memory.search import upkeep as upkeep_module
 from app.memory.search.dense import VectorIndex
 from app.memory.search.ivf import build_ivf, nprobe_for
@@ -209,10 +211,17 @@ async def test_changes_made_while_it_trains_reach_the_approximate_index(
 async def test_by_default_a_users_index_of_50000_vectors_is_made_approximate(
     make_client: Any,
 ) -> None:
-    """The setting's default reaches the app's index cache: measured among ~56,000 vectors of
-    one life (docs/performance.md), the IVF is on from 50,000."""
+    """Measured among ~56,000 vectors of one life (docs/performance.md), the IVF is on from
+    50,000 vectors by default: the app's index cache is given that, and decides by it."""
     client = await make_client()
     upkeep = client._transport.app.state.services.memory.cache.upkeep
-    assert upkeep.ivf_min == 50_000
+    assert upkeep.ivf_min == Settings().index_ivf_min_vectors == 50_000
+
+    def sized(vectors: int) -> Any:
+        return SimpleNamespace(vectors=SimpleNamespace(vectors=vectors))
+
+    assert not upkeep_module._approximate(sized(49_999), upkeep.ivf_min)
+    assert upkeep_module._approximate(sized(50_000), upkeep.ivf_min)
     off = await make_client(index_ivf_min_vectors=0)
-    assert off._transport.app.state.services.memory.cache.upkeep.ivf_min == 0
+    off_upkeep = off._transport.app.state.services.memory.cache.upkeep
+    assert not upkeep_module._approximate(sized(10**7), off_upkeep.ivf_min)
