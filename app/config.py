@@ -177,7 +177,7 @@ class Settings(ManagerSettings):
     """A user's vector index of at least this many vectors (a memory has one per sentence, and
     one for the whole; at least 256) searches an approximate index (IVF: the nearest quarter of
     its lists) instead of every vector; trained in the background, kept in the index image.
-    Measured among ~56,000 vectors of one conversation's people and topics: recall within 0.003
+    Measured among ~58,000 vectors of one conversation's people and topics: recall within 0.003
     of the exhaustive search (docs/performance.md). 0: always exhaustive."""
     memory_max_chars: int = Field(default=4000, ge=1)
     """Longest memory content accepted by the API."""

@@ -11,10 +11,10 @@ has ended, also when the caller is cancelled meanwhile (the cancellation is rais
 lock is never let go while a thread still reads what a write would change. (A cancelled
 ``await asyncio.to_thread(...)`` lets go at once, its thread running on.)
 
-The scans run on a thread of their own (:data:`SCANS`), whose FAISS calls use the configured
-OpenMP threads (:func:`~app.memory.search.dense.faiss_threads_here`): a scan never waits behind
-an index image or an IVF's training in the default pool, and never starts a team of spinning
-threads on the cores the chats need.
+The scans run on threads of their own (:data:`SCANS`, one a core), their FAISS calls on the
+configured OpenMP threads (:func:`~app.memory.search.dense.on_faiss_threads`): a scan never
+waits behind an index image or an IVF's training in the default pool, and never starts a team
+of spinning threads on the cores the chats need.
 """
 
 from __future__ import annotations
@@ -24,21 +24,20 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TypeVar
 
-from app.memory.search.dense import faiss_threads_here
+from app.memory.search.cores import usable_cores
+from app.memory.search.dense import on_faiss_threads
 
 A = TypeVar("A")
 B = TypeVar("B")
 
-SCANS = ThreadPoolExecutor(
-    max_workers=1, thread_name_prefix="index-scan", initializer=faiss_threads_here
-)
-"""The thread large indexes are scanned on."""
+SCANS = ThreadPoolExecutor(max_workers=usable_cores(), thread_name_prefix="index-scan")
+"""The threads large indexes are scanned on (its threads start at the first scan)."""
 
 
 async def beside(scan: Callable[[], A], on_loop: Callable[[], B]) -> tuple[A, B]:
     """`scan()` on :data:`SCANS` while `on_loop()` runs here: both results (the loop's failure
     raised before the scan's). Ends only after `scan` has (the module docstring)."""
-    work = asyncio.get_running_loop().run_in_executor(SCANS, scan)
+    work = asyncio.get_running_loop().run_in_executor(SCANS, on_faiss_threads, scan)
     try:
         here = on_loop()
     except BaseException:

@@ -14,8 +14,8 @@ memory. A user with many memories gets an approximate index instead (:mod:`.ivf`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import faiss
 import numpy as np
@@ -23,13 +23,16 @@ from threadpoolctl import threadpool_limits
 
 from app.memory.search.parts import MAX_PARTS, key_of, parts_ids
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 _threads = 1
 """FAISS's OpenMP threads, as :func:`configure_threads` last set them."""
 
 
 def configure_threads(threads: int) -> None:
-    """FAISS's OpenMP threads (on the calling thread, and on the index's scan thread:
-    :func:`faiss_threads_here`) and BLAS's (process-wide). One: on small machines a pool of
+    """FAISS's OpenMP threads (on the calling thread, and on worker threads running FAISS:
+    :func:`on_faiss_threads`) and BLAS's (process-wide). One: on small machines a pool of
     spinning threads costs the server's other core and makes latency erratic (measured at 100k
     vectors: p99 26 ms with one BLAS thread, 35-44 ms with two)."""
     global _threads
@@ -38,11 +41,13 @@ def configure_threads(threads: int) -> None:
     threadpool_limits(_threads, user_api="blas")
 
 
-def faiss_threads_here() -> None:
-    """This thread's FAISS calls use :func:`configure_threads`' count: OpenMP keeps the count
-    per thread, and a thread that did not set it runs FAISS on every core (measured: a new
-    thread of a 2-core machine gets 2 after the main thread set 1)."""
+def on_faiss_threads(call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """`call(*args, **kwargs)`, this thread's FAISS calls first set to :func:`configure_threads`'
+    count: what a worker thread running FAISS does. OpenMP keeps the count per thread, and a
+    thread that did not set it runs FAISS on every core (measured: a new thread of a 2-core
+    machine gets 2 after the main thread set 1)."""
     faiss.omp_set_num_threads(_threads)
+    return call(*args, **kwargs)
 
 
 class VectorIndex:

@@ -24,6 +24,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from app.memory.search import image
+from app.memory.search.dense import on_faiss_threads
 from app.memory.search.embedder import TextEmbedder
 from app.memory.search.ivf import FLOOR, GROWTH_TO_RETRAIN, build_ivf
 from app.memory.search.lexical import Analyzer
@@ -97,7 +98,7 @@ class Upkeep:
         model, dim = vector_model(self._embedder), self._embedder.dim
         try:  # no one else's yet; ~0.3 s at 100k memories: off the event loop
             entry = await asyncio.to_thread(
-                _load, stored.parts, model, dim, self._analyzer, self.ivf_min
+                on_faiss_threads, _load, stored.parts, model, dim, self._analyzer, self.ivf_min
             )
         except Exception:  # whatever it holds, a damaged image costs a build, never a recall
             logger.exception("an index image that does not load: building from the memories")
@@ -171,7 +172,9 @@ class Upkeep:
             async with self._one_job, entry.frozen:
                 started = time.perf_counter()
                 changed, version = entry.changed, entry.version
-                data = await asyncio.to_thread(image.dump, entry, vector_model(self._embedder))
+                data = await asyncio.to_thread(
+                    on_faiss_threads, image.dump, entry, vector_model(self._embedder)
+                )
                 took = time.perf_counter() - started
             if await self._store.keep_image(user_id, version, data, replace_same=better):
                 self.images += 1
@@ -190,11 +193,13 @@ class Upkeep:
             async with self._one_job:
                 started = time.perf_counter()
                 async with entry.frozen:
-                    ids, matrix = await asyncio.to_thread(vectors.snapshot)
-                index = await asyncio.to_thread(build_ivf, vectors.dim, ids, matrix)
+                    ids, matrix = await asyncio.to_thread(on_faiss_threads, vectors.snapshot)
+                index = await asyncio.to_thread(
+                    on_faiss_threads, build_ivf, vectors.dim, ids, matrix
+                )
                 del matrix
                 async with entry.frozen:  # the changes made meanwhile given to it, off the loop
-                    await asyncio.to_thread(vectors.adopt, index, len(ids))
+                    await asyncio.to_thread(on_faiss_threads, vectors.adopt, index, len(ids))
             self.trainings += 1
             logger.info(
                 "approximate index of a user: %d vectors in %d lists (%.1f s to train)",

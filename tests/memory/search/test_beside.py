@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import threading
 from typing import Any
 
@@ -16,9 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.search import ranking as ranking_module
 from app.memory.search import restating
-from app.memory.search.beside import SCANS, beside, in_thread
+from app.memory.search import upkeep as upkeep_module
+from app.memory.search.beside import beside, in_thread
 from app.memory.search.bm25_scores import Scores
 from app.memory.search.dense import VectorIndex, configure_threads
+from app.memory.search.ivf import build_ivf
 from app.memory.store.records import NewMemory
 from tests.memory.search.test_recall_index import ranking, sentences, service
 
@@ -44,10 +47,65 @@ async def test_the_scan_and_the_loops_part_run_at_once() -> None:
     assert where["score"] == loop_thread != where["scan"]
 
 
-def test_a_scan_uses_the_configured_faiss_threads() -> None:
-    """OpenMP keeps its thread count per thread: the scans' thread sets it for itself."""
+async def test_scans_and_the_ivfs_training_use_the_configured_faiss_threads(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenMP keeps its thread count per thread: a worker thread running FAISS sets it (one
+    left to itself gets every core), on the scans' own threads and in the index's upkeep."""
     configure_threads(1)
-    assert SCANS.submit(faiss.omp_get_max_threads).result() == 1
+    if (os.cpu_count() or 1) > 1:  # what the setting is there for
+        assert await asyncio.to_thread(faiss.omp_get_max_threads) > 1
+    where, _ = await beside(
+        lambda: (faiss.omp_get_max_threads(), threading.current_thread().name), lambda: None
+    )
+    assert where[0] == 1 and where[1].startswith("index-scan")
+
+    trained: list[int] = []
+
+    def training(*args: Any) -> Any:
+        trained.append(faiss.omp_get_max_threads())
+        return build_ivf(*args)
+
+    snapshot = VectorIndex.snapshot
+
+    def snapshot_leaving_every_core(self: VectorIndex) -> Any:
+        try:
+            return snapshot(self)
+        finally:  # the pool's thread left as a thread of its own would be
+            faiss.omp_set_num_threads(max(2, os.cpu_count() or 1))
+
+    monkeypatch.setattr(upkeep_module, "build_ivf", training)
+    monkeypatch.setattr(VectorIndex, "snapshot", snapshot_leaving_every_core)
+    memory = service(engine, ivf_min_vectors=300)
+    await memory.add("ann", [NewMemory(t) for t in sentences(400)])
+    entry = await memory.cache.get("ann")
+    await memory.cache.settled()
+    assert entry.vectors.approximate and trained == [1]
+
+
+async def test_a_scan_failing_after_its_caller_was_cancelled_is_not_left_unretrieved() -> None:
+    loop = asyncio.get_running_loop()
+    unretrieved: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: unretrieved.append(context))
+    release, started = threading.Event(), threading.Event()
+
+    def failing_scan() -> None:
+        started.set()
+        release.wait(5)
+        raise RuntimeError("faiss")
+
+    task = asyncio.ensure_future(beside(failing_scan, lambda: None))
+    assert await asyncio.to_thread(started.wait, 5)
+    task.cancel()
+    await asyncio.sleep(0.02)
+    release.set()
+    await asyncio.wait({task})
+    assert task.cancelled()
+    del task  # (it and its traceback hold the scan's future)
+    gc.collect()
+    await asyncio.sleep(0)
+    loop.set_exception_handler(None)
+    assert unretrieved == []
 
 
 async def _cancelled_mid_read(read: Any, times: int) -> tuple[list[str], tuple[Any, ...]]:

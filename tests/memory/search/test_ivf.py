@@ -211,7 +211,7 @@ async def test_changes_made_while_it_trains_reach_the_approximate_index(
 async def test_by_default_a_users_index_of_50000_vectors_is_made_approximate(
     make_client: Any,
 ) -> None:
-    """Measured among ~56,000 vectors of one life (docs/performance.md), the IVF is on from
+    """Measured among ~58,000 vectors of one life (docs/performance.md), the IVF is on from
     50,000 vectors by default: the app's index cache is given that, and decides by it."""
     client = await make_client()
     upkeep = client._transport.app.state.services.memory.cache.upkeep
