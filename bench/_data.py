@@ -117,18 +117,15 @@ def prose(count: int) -> list[str]:
     raise SystemExit(f"only {len(found)} sentences of prose found, not {count}")
 
 
-def recombined(conversation: dict[str, Any], count: int, seed: int = 7) -> list[str]:
+def recombined(
+    conversation: dict[str, Any], cited: set[str], count: int, seed: int = 7
+) -> list[str]:
     """`count` distinct memories in a LoCoMo conversation's own words and form, for a store of
     the same life many times larger: each ``[<a session's date>] <a speaker>: `` and one to
-    three sentences that speaker said, each from a different turn, none from a turn any of its
-    questions cites as evidence (so no copy of an answer). Near the questions, unlike
-    :func:`prose`: the same people, topics and dates."""
+    three sentences that speaker said, each from a different turn, none from a turn of `cited`
+    (the ids its questions cite as evidence: so no copy of an answer). Near the questions,
+    unlike :func:`prose`: the same people, topics and dates."""
     rng = random.Random(seed)
-    cited = {
-        f"D{a}:{b}"
-        for qa in conversation.get("qa", [])
-        for a, b in re.findall(r"D:?(\d+):0*(\d+)", " ".join(qa.get("evidence", [])))
-    }
     talk = conversation["conversation"]
     dates: list[str] = []
     turns: dict[str, list[list[str]]] = {}  # speaker -> their uncited turns' sentences

@@ -33,6 +33,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,11 @@ async def crowding(
     shared = [] if recombine else await embedded(prose(count))
 
     async def crowd(user_id: str, sample: dict[str, Any]) -> None:
-        items = await embedded(recombined(sample, count)) if recombine else shared
+        items = shared
+        if recombine:  # no turn a question cites, read as the questions' evidence is
+            known = {d for d, _, _ in dated_turns_of(sample["conversation"])}
+            evidence = (normalise_evidence(qa.get("evidence", []), known)[0] for qa in sample["qa"])
+            items = await embedded(recombined(sample, set(chain.from_iterable(evidence)), count))
         for start in range(0, len(items), 5000):
             await service.store.add(user_id, items[start : start + 5000])
         service.cache.forget(user_id)  # built again from the rows, then made approximate

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from app.memory.search.cores import usable_cores
@@ -51,10 +51,10 @@ async def beside(scan: Callable[[], A], on_loop: Callable[[], B]) -> tuple[A, B]
     return await finished(work), here
 
 
-async def in_thread(call: Callable[[], A], executor: Executor | None = None) -> A:
-    """`call()` in a worker thread (of `executor`, default the loop's pool): its result. Ends
-    only after `call` has (the module docstring)."""
-    return await finished(asyncio.get_running_loop().run_in_executor(executor, call))
+async def in_thread(call: Callable[[], A]) -> A:
+    """`call()` in a worker thread of the loop's pool: its result. Ends only after `call` has
+    (the module docstring)."""
+    return await finished(asyncio.get_running_loop().run_in_executor(None, call))
 
 
 async def finished(work: asyncio.Future[A]) -> A:
