@@ -41,6 +41,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 import migrations
+from app.memory.store import pool_reset
 from app.storage_faults import queued, reporting, waiting_turn
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ def create_engine(
     path = sqlite_file(url)
     if path is not None:
         _make_folder(path)
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = dict(pool_reset.OPTIONS) if is_sqlite else {}
     if not is_sqlite:
         pool = pool or Pool()
         options = {"pool_size": pool.size, "max_overflow": pool.max_overflow,
@@ -145,6 +146,7 @@ def create_engine(
                                        "prepared_statement_cache_size": 0}  # fmt: skip
     engine = create_async_engine(url, **options)
     if is_sqlite:
+        pool_reset.install(engine)  # no rollback where SQLite says there is nothing to undo
         timeout_ms = int(busy_timeout_seconds * 1000)
 
         @event.listens_for(engine.sync_engine, "connect")

@@ -20,7 +20,8 @@ out again (not an in-memory SQLite's single connection, which is its database).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
@@ -29,6 +30,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import StaticPool
 
+from app.memory.store import pool_reset
 from app.memory.store.links import LINK_CHUNK, collect, links_of
 from app.memory.store.records import RECORD_COLUMNS, MemoryRecord, record_of_row
 from app.memory.store.tables import Memory, MemoryLink
@@ -79,6 +81,20 @@ async def driver_of(connection: AsyncConnection) -> tuple[str, Any] | None:
     return name, raw.driver_connection
 
 
+@asynccontextmanager
+async def reading(
+    engine: AsyncEngine,
+) -> AsyncIterator[tuple[AsyncConnection, tuple[str, Any] | None]]:
+    """A pooled connection and its driver (:func:`driver_of`). When the block ends without an
+    error and SQLite says the connection is outside any transaction, the pool takes it back
+    without a rollback (:mod:`app.memory.store.pool_reset`)."""
+    async with engine.connect() as connection:
+        direct = await driver_of(connection)
+        yield connection, direct
+        if direct is not None and direct[0] == "aiosqlite" and not direct[1].in_transaction:
+            pool_reset.no_rollback(await connection.get_raw_connection())
+
+
 async def fetch(
     connection: AsyncConnection, driver: str, handle: Any, sql: str, params: Sequence[Any]
 ) -> list[Any]:
@@ -106,8 +122,7 @@ async def records(
         return {}, {}
     found: dict[int, MemoryRecord] = {}
     linked: Linked = {}
-    async with engine.connect() as connection:
-        direct = await driver_of(connection)
+    async with reading(engine) as (connection, direct):
         for start in range(0, len(wanted), LINK_CHUNK):
             chunk = wanted[start : start + LINK_CHUNK]
             rows = await _record_rows(connection, direct, chunk)

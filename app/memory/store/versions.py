@@ -6,10 +6,11 @@ through SQLAlchemy's async adaptation it took five hand-offs between the event l
 driver (a cursor, the statement, the fetch, the cursor's close, the rollback ending the read),
 half of recall's time on a loaded 2-core machine (docs/performance.md); by aiosqlite's
 ``execute_fetchall`` or asyncpg's ``fetch`` it is one (:func:`app.memory.store.direct.fetch`,
-which also invalidates a connection whose read failed or was cancelled), and the pool's reset
-of the connection another. Outside a transaction, each read sees what was committed before it
-began: never an older version. Another driver takes SQLAlchemy's way
-(:func:`~app.memory.store.direct.driver_of`).
+which also invalidates a connection whose read failed or was cancelled); the pool's reset of
+the connection was another, skipped now where SQLite says no transaction is open
+(:mod:`~app.memory.store.pool_reset`). Outside a transaction, each read sees what was committed
+before it began: never an older version. Another driver takes SQLAlchemy's way
+(:func:`~app.memory.store.direct.reading`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.memory.store.direct import driver_of, fetch
+from app.memory.store.direct import fetch, reading
 from app.memory.store.tables import UserState
 
 VERSION = select(UserState.version).where(UserState.user_id == bindparam("user_id"))
@@ -30,8 +31,7 @@ _SQL = {
 
 async def read_version(engine: AsyncEngine, user_id: str) -> int:
     """The user's change sequence: 0 before any write, then bumped by every write."""
-    async with engine.connect() as connection:
-        direct = await driver_of(connection)
+    async with reading(engine) as (connection, direct):
         if direct is None:
             value = await connection.scalar(VERSION, {"user_id": user_id})
             return int(value or 0)

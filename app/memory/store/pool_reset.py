@@ -1,0 +1,46 @@
+"""A SQLite connection handed back to the pool without a rollback that has nothing to undo.
+
+SQLAlchemy's pool rolls back every connection handed back to it (``reset_on_return``), whatever
+ran on it. Through aiosqlite a rollback is a trip to the connection's thread and back: on a
+loaded 2-core machine ~0.3 ms of every chat's recall, spent after the version's read
+(:mod:`app.memory.store.versions`) while nothing else waits (docs/performance.md). A read run by
+the driver itself (:func:`app.memory.store.direct.reading`) that ended outside any transaction,
+as SQLite itself says (``in_transaction``), is handed back without it: :func:`no_rollback`.
+
+Every other hand-back is reset as the pool's default would: the same dialect rollback, skipped
+where the default skips it (the connection's own transaction already rolled back, or a
+hand-back outside the event loop, where the pool only closes). Installed on SQLite engines only:
+asyncpg's adaptation makes no round trip when no transaction was begun.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection, PoolResetState
+
+OPTIONS: dict[str, Any] = {"pool_reset_on_return": None}
+"""For ``create_async_engine``: the pool's own reset off, :func:`install`'s in its place."""
+_CLEAN = "memproxy_no_rollback"
+"""Set in a connection's pool record for its next hand-back only."""
+
+
+def install(engine: AsyncEngine) -> None:
+    """Reset `engine`'s connections as the pool's default does, except those marked by
+    :func:`no_rollback`. The engine must be made with :data:`OPTIONS`."""
+    dialect = engine.sync_engine.dialect
+
+    @event.listens_for(engine.sync_engine, "reset")
+    def _reset(dbapi_connection: Any, record: ConnectionPoolEntry, state: PoolResetState) -> None:
+        if record.info.pop(_CLEAN, False):
+            return
+        if state.asyncio_safe and not state.transaction_was_reset:
+            dialect.do_rollback(dbapi_connection)
+
+
+def no_rollback(connection: PoolProxiedConnection) -> None:
+    """`connection`'s next hand-back to the pool skips the rollback. Only for a connection
+    whose statements have all ended and that is outside any transaction."""
+    connection.info[_CLEAN] = True

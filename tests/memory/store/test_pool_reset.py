@@ -1,0 +1,106 @@
+"""SQLite connections handed back to the pool without a needless rollback
+(:mod:`app.memory.store.pool_reset`): a driver's read that ended outside any transaction skips
+it; every other hand-back is still rolled back, a connection left in a transaction included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiosqlite
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.memory.store import direct
+from app.memory.store.memories import MemoryStore
+from app.memory.store.records import NewMemory
+
+pytestmark = pytest.mark.sqlite_only  # asyncpg's adaptation makes no round trip to skip
+
+
+@pytest.fixture
+def rollbacks(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every rollback a driver's connection is asked for, by the connection."""
+    asked: list[object] = []
+    real = aiosqlite.Connection.rollback
+
+    async def counted(self: aiosqlite.Connection) -> None:
+        asked.append(self)
+        await real(self)
+
+    monkeypatch.setattr(aiosqlite.Connection, "rollback", counted)
+    return asked
+
+
+async def test_the_drivers_reads_are_handed_back_without_a_rollback(
+    engine: AsyncEngine, rollbacks: list[object]
+) -> None:
+    store = MemoryStore(engine)
+    await store.add("ann", [NewMemory("Ann keeps bees"), NewMemory("Ann lives in Lyon")])
+    keys = sorted(await store.keys("ann"))
+    rollbacks.clear()  # the writes' own
+
+    versions = [await store.version("ann") for _ in range(5)]
+    found = await store.get_many_linked("ann", keys)
+
+    assert versions == [1] * 5
+    assert sorted(r.content for r in found[0].values()) == ["Ann keeps bees", "Ann lives in Lyon"]
+    assert rollbacks == []  # six hand-backs, each one a trip to the driver's thread before
+
+
+async def test_sqlalchemys_own_reads_and_writes_are_still_rolled_back(
+    engine: AsyncEngine, rollbacks: list[object]
+) -> None:
+    async with engine.connect() as connection:
+        assert await connection.scalar(text("SELECT 1")) == 1
+    assert len(rollbacks) == 1  # the connection's own transaction, ended as before
+    store = MemoryStore(engine)
+    await store.add("ann", [NewMemory("Ann keeps bees")])
+    assert await store.version("ann") == 1
+
+
+async def test_a_connection_left_in_a_transaction_is_rolled_back(
+    engine: AsyncEngine, rollbacks: list[object]
+) -> None:
+    """A read block whose connection is still in a transaction when it ends gets the pool's
+    rollback, also on the very connection a clean read was handed back without one (the mark
+    serves one hand-back only)."""
+    store = MemoryStore(engine)
+    await store.add("ann", [NewMemory("Ann keeps bees")])
+    rollbacks.clear()  # the write's own
+    handles: list[Any] = []
+    async with direct.reading(engine) as (_, found):
+        assert found is not None
+        handles.append(found[1])
+    assert rollbacks == []
+
+    async with direct.reading(engine) as (_, found):
+        assert found is not None
+        handle = found[1]
+        handles.append(handle)
+        await handle.execute("BEGIN IMMEDIATE")
+        await handle.execute("UPDATE user_state SET version = version + 100")
+        assert handle.in_transaction
+
+    assert handles[0] is handles[1]  # the pool's one connection, marked clean a moment ago
+    assert rollbacks == [handle]
+    assert not handle.in_transaction  # nor does it hold the write lock for the next one
+    assert await store.version("ann") == 1
+    await store.add("ann", [NewMemory("Ann lives in Lyon")])  # the lock is free
+    assert await store.version("ann") == 2
+
+
+async def test_a_failed_block_is_rolled_back(
+    engine: AsyncEngine, rollbacks: list[object]
+) -> None:
+    store = MemoryStore(engine)
+    await store.add("ann", [NewMemory("Ann keeps bees")])
+    rollbacks.clear()
+    with pytest.raises(LookupError):
+        async with direct.reading(engine) as (_, found):
+            assert found is not None
+            await found[1].execute("BEGIN IMMEDIATE")
+            await found[1].execute("UPDATE user_state SET version = version + 100")
+            raise LookupError("a read that went wrong")
+    assert len(rollbacks) == 1
+    assert await store.version("ann") == 1
