@@ -6,8 +6,9 @@ and the driver (a cursor, the statement, the fetch, the cursor's close) and each
 connection's reset; on a loaded 2-core machine a hand-off waits ~0.2-0.5 ms for a thread to
 wake, and the API's search spent ~4 ms of its ~10 reading 10 records and their links
 (docs/performance.md). Here each statement is one hand-off (aiosqlite's ``execute_fetchall``,
-asyncpg's ``fetch``), as the version's read is (:mod:`app.memory.store.versions`). Another
-driver takes SQLAlchemy's way, with the same results.
+asyncpg's ``fetch``), as the version's read is (:mod:`app.memory.store.versions`), and on SQLite
+the connection goes back to the pool without its reset's rollback when it is outside any
+transaction (:func:`reading`). Another driver takes SQLAlchemy's way, with the same results.
 
 The rows are decoded here as SQLAlchemy's types would: SQLite keeps a datetime as ISO text, a
 boolean as 0/1 and JSON as text; asyncpg gives them typed (JSON decoded by the codec SQLAlchemy
