@@ -136,8 +136,9 @@ def create_engine(
     path = sqlite_file(url)
     if path is not None:
         _make_folder(path)
-    options: dict[str, Any] = dict(pool_reset.OPTIONS) if is_sqlite else {}
-    if not is_sqlite:
+    if is_sqlite:
+        options: dict[str, Any] = dict(pool_reset.OPTIONS)
+    else:
         pool = pool or Pool()
         options = {"pool_size": pool.size, "max_overflow": pool.max_overflow,
                    "pool_pre_ping": pool.pre_ping}  # fmt: skip
