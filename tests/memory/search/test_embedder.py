@@ -193,8 +193,11 @@ def _nice_by_thread() -> dict[str, int]:
     """This process's threads, by id: each one's nice value (Linux keeps one per thread)."""
     nice = {}
     for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/stat") as stat:
-            nice[tid] = int(stat.read().rsplit(")", 1)[1].split()[16])
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as stat:
+                nice[tid] = int(stat.read().rsplit(")", 1)[1].split()[16])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread (an earlier test's pool worker) ended between listing and reading
     return nice
 
 
