@@ -28,7 +28,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import event, text
+from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 import migrations
-from app.memory.store import pool_reset
+from app.memory.store import sqlite_connections
 from app.storage_faults import queued, reporting, waiting_turn
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def create_engine(
     if path is not None:
         _make_folder(path)
     if is_sqlite:
-        options: dict[str, Any] = dict(pool_reset.OPTIONS)
+        options: dict[str, Any] = dict(sqlite_connections.OPTIONS)
     else:
         pool = pool or Pool()
         options = {"pool_size": pool.size, "max_overflow": pool.max_overflow,
@@ -146,19 +146,8 @@ def create_engine(
             options["connect_args"] = {"statement_cache_size": 0,
                                        "prepared_statement_cache_size": 0}  # fmt: skip
     engine = create_async_engine(url, **options)
-    if is_sqlite:
-        pool_reset.install(engine)  # no rollback where SQLite says there is nothing to undo
-        timeout_ms = int(busy_timeout_seconds * 1000)
-
-        @event.listens_for(engine.sync_engine, "connect")
-        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute(f"PRAGMA busy_timeout={timeout_ms}")
-            cursor.execute("PRAGMA synchronous=NORMAL")  # durable in WAL mode, and much faster
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.close()
-
+    if is_sqlite:  # WAL and the busy timeout; no rollback where there is nothing to undo
+        sqlite_connections.install(engine, busy_timeout_seconds=busy_timeout_seconds)
     return engine
 
 

@@ -31,7 +31,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import StaticPool
 
-from app.memory.store import pool_reset
+from app.memory.store import sqlite_connections
 from app.memory.store.links import LINK_CHUNK, collect, links_of
 from app.memory.store.records import RECORD_COLUMNS, MemoryRecord, record_of_row
 from app.memory.store.tables import Memory, MemoryLink
@@ -88,7 +88,7 @@ async def reading(
 ) -> AsyncIterator[tuple[AsyncConnection, tuple[str, Any] | None]]:
     """A pooled connection and its driver (:func:`driver_of`). When the block ends without an
     error and SQLite says the connection is outside any transaction, the pool takes it back
-    without a rollback (:mod:`app.memory.store.pool_reset`)."""
+    without a rollback (:mod:`app.memory.store.sqlite_connections`)."""
     async with engine.connect() as connection:
         direct = await driver_of(connection)
         yield connection, direct
@@ -98,7 +98,7 @@ async def reading(
             and not direct[1].in_transaction
             and not isinstance(connection.sync_engine.pool, StaticPool)  # shared by all tasks
         ):
-            pool_reset.no_rollback(await connection.get_raw_connection())
+            sqlite_connections.no_rollback(await connection.get_raw_connection())
 
 
 async def fetch(

@@ -8,8 +8,8 @@ half of recall's time on a loaded 2-core machine (docs/performance.md); by aiosq
 ``execute_fetchall`` or asyncpg's ``fetch`` it is one (:func:`app.memory.store.direct.fetch`,
 which also invalidates a connection whose read failed or was cancelled); the pool's reset of
 the connection was another, skipped now where SQLite says no transaction is open
-(:mod:`~app.memory.store.pool_reset`). Outside a transaction, each read sees what was committed
-before it began: never an older version. Another driver takes SQLAlchemy's way
+(:mod:`~app.memory.store.sqlite_connections`). Outside a transaction, each read sees what was
+committed before it began: never an older version. Another driver takes SQLAlchemy's way
 (:func:`~app.memory.store.direct.reading`).
 """
 

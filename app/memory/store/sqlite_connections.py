@@ -1,4 +1,9 @@
-"""A SQLite connection handed back to the pool without a rollback that has nothing to undo.
+"""SQLite connections: set up when made (WAL, the busy timeout), and handed back to the pool
+without a rollback that has nothing to undo.
+
+Every connection gets WAL (readers never block the writer), ``synchronous=NORMAL`` (durable in
+WAL mode, and much faster), foreign keys, and the busy timeout (a writer waits for another
+process's write instead of failing at once): :func:`install`.
 
 SQLAlchemy's pool rolls back every connection handed back to it (``reset_on_return``), whatever
 ran on it. Through aiosqlite a rollback is a trip to the connection's thread and back: on a
@@ -27,10 +32,20 @@ _CLEAN = "memproxy_no_rollback"
 """Set in a connection's pool record for its next hand-back only."""
 
 
-def install(engine: AsyncEngine) -> None:
-    """Reset `engine`'s connections as the pool's default does, except those marked by
-    :func:`no_rollback`. The engine must be made with :data:`OPTIONS`."""
+def install(engine: AsyncEngine, *, busy_timeout_seconds: float) -> None:
+    """Set up each of `engine`'s connections when made; reset them as the pool's default does,
+    except those marked by :func:`no_rollback`. The engine must be made with :data:`OPTIONS`."""
     dialect = engine.sync_engine.dialect
+    timeout_ms = int(busy_timeout_seconds * 1000)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={timeout_ms}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
 
     @event.listens_for(engine.sync_engine, "reset")
     def _reset(

@@ -1,6 +1,7 @@
 """SQLite connections handed back to the pool without a needless rollback
-(:mod:`app.memory.store.pool_reset`): a driver's read that ended outside any transaction skips
-it; every other hand-back is still rolled back, a connection left in a transaction included."""
+(:mod:`app.memory.store.sqlite_connections`): a driver's read that ended outside any transaction
+skips it; every other hand-back is still rolled back, a connection left in a transaction
+included."""
 
 from __future__ import annotations
 
