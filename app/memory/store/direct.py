@@ -87,14 +87,17 @@ async def reading(
     engine: AsyncEngine,
 ) -> AsyncIterator[tuple[AsyncConnection, tuple[str, Any] | None]]:
     """A pooled connection and its driver (:func:`driver_of`). When the block ends without an
-    error and SQLite says the connection is outside any transaction, the pool takes it back
-    without a rollback (:mod:`app.memory.store.sqlite_connections`)."""
+    error, having awaited each of its statements, on an aiosqlite connection still valid and
+    outside any transaction (as SQLite says), the pool takes it back without a rollback
+    (:mod:`app.memory.store.sqlite_connections`); never an in-memory database's, which every
+    task shares (a ``StaticPool``)."""
     async with engine.connect() as connection:
         direct = await driver_of(connection)
         yield connection, direct
         if (
             direct is not None
             and direct[0] == "aiosqlite"
+            and not connection.invalidated  # a failed fetch the block caught: closed
             and not direct[1].in_transaction
             and not isinstance(connection.sync_engine.pool, StaticPool)  # shared by all tasks
         ):

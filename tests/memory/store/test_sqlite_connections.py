@@ -1,18 +1,22 @@
-"""SQLite connections handed back to the pool without a needless rollback
-(:mod:`app.memory.store.sqlite_connections`): a driver's read that ended outside any transaction
-skips it; every other hand-back is still rolled back, a connection left in a transaction
-included."""
+"""SQLite connections (:mod:`app.memory.store.sqlite_connections`): each set up when made (WAL,
+the busy timeout, ...); handed back to the pool without a needless rollback when a driver's read
+ended outside any transaction; every other hand-back still rolled back, a connection left in a
+transaction included."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import aiosqlite
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import PoolResetState
 
-from app.memory.store import direct
+from app.memory.store import direct, sqlite_connections
 from app.memory.store.db import create_engine, upgrade
 from app.memory.store.memories import MemoryStore
 from app.memory.store.records import NewMemory
@@ -107,19 +111,97 @@ async def test_a_connection_left_in_a_transaction_is_rolled_back(
     assert await store.version("ann") == 2
 
 
-async def test_a_failed_block_is_rolled_back(engine: AsyncEngine, rollbacks: list[object]) -> None:
+@pytest.mark.parametrize("error", [LookupError, asyncio.CancelledError])
+async def test_a_failed_or_cancelled_block_is_rolled_back(
+    engine: AsyncEngine, rollbacks: list[object], error: type[BaseException]
+) -> None:
     """A block that raised after its reads, outside any transaction: no mark, the rollback."""
     store = MemoryStore(engine)
     await store.add("ann", [NewMemory("Ann keeps bees")])
     rollbacks.clear()
-    with pytest.raises(LookupError):
+    with pytest.raises(error):
         async with direct.reading(engine) as (_, found):
             assert found is not None
             assert await found[1].execute_fetchall("SELECT version FROM user_state") == [(1,)]
             assert not found[1].in_transaction
-            raise LookupError("a read that went wrong")
+            raise error("a read that went wrong")
     assert rollbacks == [found[1]]
     assert await store.version("ann") == 1
+
+
+async def test_a_failed_fetch_caught_in_the_block_ends_it_quietly(engine: AsyncEngine) -> None:
+    """The failed fetch closed its connection (invalidated): the block's end asks it nothing
+    (a closed aiosqlite connection raises on any question) and the pool makes a new one."""
+    async with direct.reading(engine) as (connection, found):
+        assert found is not None
+        with pytest.raises(sqlite3.OperationalError):
+            await direct.fetch(connection, *found, "SELECT * FROM no_such_table", ())
+        assert connection.invalidated
+    assert await MemoryStore(engine).version("ann") == 0
+
+
+class _Driver:
+    """A driver's connection that counts the rollbacks it is asked for."""
+
+    def __init__(self) -> None:
+        self.rollbacks = 0
+
+    def rollback(self) -> None:
+        self.rollbacks += 1
+
+
+class _Record:
+    def __init__(self) -> None:
+        self.info: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize(
+    ("was_reset", "asyncio_safe", "marked", "rolled_back"),
+    [
+        (False, True, False, 1),  # the pool's default: a rollback
+        (True, True, False, 0),  # the connection's own transaction already rolled back
+        (False, False, False, 0),  # outside the event loop (garbage collected): closed only
+        (False, True, True, 0),  # marked by a clean read
+    ],
+)
+def test_the_reset_is_the_pools_default_but_for_a_marked_connection(
+    tmp_path: Path, was_reset: bool, asyncio_safe: bool, marked: bool, rolled_back: int
+) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/reset.db")
+    driver, record = _Driver(), _Record()
+    if marked:
+        sqlite_connections.no_rollback(record)  # type: ignore[arg-type]
+    state = PoolResetState(
+        transaction_was_reset=was_reset, terminate_only=False, asyncio_safe=asyncio_safe
+    )
+    engine.sync_engine.pool.dispatch.reset(driver, record, state)
+    assert driver.rollbacks == rolled_back
+    assert record.info == {}  # a mark serves one hand-back
+    engine.sync_engine.pool.dispatch.reset(driver, record, state)
+    assert driver.rollbacks == 2 * rolled_back + (1 if marked else 0)  # unmarked again
+
+
+@pytest.mark.parametrize("where", ["file", "memory"])
+async def test_every_connection_is_set_up(tmp_path: Path, where: str) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/set_up.db" if where == "file" else "sqlite+aiosqlite://"
+    engine = create_engine(url, busy_timeout_seconds=1.5)
+    try:
+        async with engine.connect() as connection:
+            pragmas = {
+                name: (await connection.execute(text(f"PRAGMA {name}"))).scalar()
+                for name in ("journal_mode", "busy_timeout", "synchronous", "foreign_keys")
+            }
+    finally:
+        await engine.dispose()
+    # WAL where there is a file (an in-memory database keeps its journal in memory); NORMAL (1)
+    # is durable in WAL mode
+    journal = "wal" if where == "file" else "memory"
+    assert pragmas == {
+        "journal_mode": journal,
+        "busy_timeout": 1500,
+        "synchronous": 1,
+        "foreign_keys": 1,
+    }
 
 
 async def test_an_in_memory_databases_shared_connection_is_never_marked(
