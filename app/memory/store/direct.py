@@ -101,7 +101,7 @@ async def reading(
             and not direct[1].in_transaction
             and not isinstance(connection.sync_engine.pool, StaticPool)  # shared by all tasks
         ):
-            sqlite_connections.no_rollback(await connection.get_raw_connection())
+            sqlite_connections.no_rollback(connection.info)  # the pool record's: no hand-off
 
 
 async def fetch(

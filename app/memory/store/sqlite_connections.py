@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection, PoolResetState
+from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
 OPTIONS: dict[str, Any] = {"pool_reset_on_return": None}
 """For ``create_async_engine``: the pool's own reset off, :func:`install`'s in its place."""
@@ -57,9 +57,9 @@ def install(engine: AsyncEngine, *, busy_timeout_seconds: float) -> None:
             dialect.do_rollback(dbapi_connection)
 
 
-def no_rollback(connection: PoolProxiedConnection) -> None:
-    """`connection`'s next hand-back to the pool skips the rollback. Only for a connection
-    whose statements have all ended and that is outside any transaction; not for one a
-    ``StaticPool`` shares between tasks (an in-memory database's), whose next hand-back may be
-    another task's."""
-    connection.info[_CLEAN] = True
+def no_rollback(info: dict[Any, Any]) -> None:
+    """The next hand-back to the pool of the connection whose `info` this is (a valid
+    connection's ``info``: its pool record's) skips the rollback. Only for a connection whose
+    statements have all ended and that is outside any transaction; not for one a ``StaticPool``
+    shares between tasks (an in-memory database's), whose next hand-back may be another task's."""
+    info[_CLEAN] = True

@@ -170,7 +170,7 @@ def test_the_reset_is_the_pools_default_but_for_a_marked_connection(
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/reset.db")
     driver, record = _Driver(), _Record()
     if marked:
-        sqlite_connections.no_rollback(record)  # type: ignore[arg-type]
+        sqlite_connections.no_rollback(record.info)
     state = PoolResetState(
         transaction_was_reset=was_reset, terminate_only=False, asyncio_safe=asyncio_safe
     )
