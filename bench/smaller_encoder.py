@@ -45,8 +45,12 @@ MAX_TOKENS = 128
 """The model's own ``max_seq_length`` (sentence-transformers' card for paraphrase-MiniLM-L3-v2):
 a memory's whole-text vector reads its first 128 tokens, where the bundled model reads 256
 (``--max-tokens 256`` measures the layers alone)."""
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
-TOKENIZER_FILES += ("special_tokens_map.json",)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "special_tokens_map.json",
+)
 PROBES = [
     "I adopted a dog from the shelter last May.",
     "What did Caroline say about her painting class?",
